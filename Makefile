@@ -1,0 +1,141 @@
+# Makefile — builds ./mnist_ddp (objects under build/), the GoogleTest suites and the Google
+# Benchmark microbenchmarks. Knobs for a cluster's modulefiles: MPICXX or MPI_HOME, OPENBLAS_HOME,
+# HDF5_HOME, CUDA_HOME, USE_CUDA, ARCH_FLAGS. `make help` lists the targets.
+SHELL := /bin/bash
+.DEFAULT_GOAL := all
+
+# ---- toolchain and libraries -------------------------------------------------------------------
+MPI_HOME ?=
+ifneq ($(MPI_HOME),)
+MPICXX ?= $(MPI_HOME)/bin/mpicxx
+MPIRUN ?= $(MPI_HOME)/bin/mpirun
+else
+MPICXX ?= mpicxx
+MPIRUN ?= mpirun
+endif
+CXX := $(MPICXX)
+
+OPENBLAS_HOME ?=
+ifneq ($(OPENBLAS_HOME),)
+BLAS_CFLAGS := -I$(OPENBLAS_HOME)/include
+BLAS_LIBS := -L$(OPENBLAS_HOME)/lib -Wl,-rpath,$(OPENBLAS_HOME)/lib -lopenblas
+else
+BLAS_CFLAGS :=
+BLAS_LIBS := -lopenblas
+endif
+
+HDF5_HOME ?=
+ifneq ($(HDF5_HOME),)
+HDF5_FOUND := $(shell test -f $(HDF5_HOME)/include/hdf5.h && echo yes || echo no)
+else
+HDF5_FOUND := $(shell pkg-config --exists hdf5 2>/dev/null && echo yes || echo no)
+endif
+
+CUDA_HOME ?= /usr/local/cuda
+NVCC ?= $(CUDA_HOME)/bin/nvcc
+NVCC_FOUND := $(shell test -x $(NVCC) && echo yes || echo no)
+# The CUDA backend lands with the GPU issue; until then every build is CPU-only (USE_CUDA=1 is a
+# clear error rather than a silent CPU build).
+USE_CUDA ?= 0
+ifeq ($(USE_CUDA),1)
+$(error USE_CUDA=1: the CUDA backend (src/cuda/) is not part of this version yet; build with USE_CUDA=0)
+endif
+
+SPDLOG_CFLAGS := $(shell pkg-config --cflags spdlog 2>/dev/null)
+SPDLOG_LIBS := $(shell pkg-config --libs spdlog 2>/dev/null || echo -lspdlog -lfmt)
+
+ARCH_FLAGS ?= -march=native
+CXXFLAGS ?= -O3 -g
+CXXFLAGS += -std=c++20 $(ARCH_FLAGS) -fopenmp-simd -Wall -Wextra -Wno-unused-parameter -pthread
+CPPFLAGS += -DOMPI_SKIP_MPICXX=1 -DMPICH_SKIP_MPICXX=1 -Iinclude $(BLAS_CFLAGS) $(SPDLOG_CFLAGS) -MMD -MP
+LDLIBS += $(BLAS_LIBS) $(SPDLOG_LIBS) -lz -pthread
+
+BUILD := build
+# ---- sources -----------------------------------------------------------------------------------
+LIB_SRCS := $(filter-out src/main.cpp,$(wildcard src/*.cpp src/cpu/*.cpp))
+LIB_OBJS := $(LIB_SRCS:%.cpp=$(BUILD)/%.o)
+MAIN_OBJ := $(BUILD)/src/main.o
+UNIT_SRCS := $(wildcard tests/unit/*.cpp)
+UNIT_OBJS := $(UNIT_SRCS:%.cpp=$(BUILD)/%.o)
+MPI_TEST_SRCS := $(wildcard tests/mpi/*.cpp)
+MPI_TEST_OBJS := $(MPI_TEST_SRCS:%.cpp=$(BUILD)/%.o)
+BENCH_SRCS := $(wildcard bench/*.cpp)
+BENCH_OBJS := $(BENCH_SRCS:%.cpp=$(BUILD)/%.o)
+
+UNIT_BIN := $(BUILD)/tests/unit_tests
+MPI_TEST_BIN := $(BUILD)/tests/mpi_tests
+BENCH_BIN := $(BUILD)/bench/ops_bench
+
+.PHONY: all summary test test-only bench bench-only run deps data clean format help
+all: summary mnist_ddp
+
+summary:
+	@echo "mnist_ddp build configuration"
+	@echo "  MPI     : $(MPICXX) -> $$($(MPICXX) --showme:version 2>/dev/null || $(MPICXX) -show 2>/dev/null | head -c 60 || echo 'NOT FOUND (make deps)')"
+	@echo "  BLAS    : OpenBLAS $(if $(OPENBLAS_HOME),in $(OPENBLAS_HOME),(system)) $$(test -n '$(OPENBLAS_HOME)' || (ldconfig -p | grep -q libopenblas && echo found || echo 'NOT FOUND (make deps)'))"
+	@echo "  HDF5    : $(HDF5_FOUND) (checkpoints; used from the checkpoint issue on)"
+	@echo "  CUDA    : nvcc $(NVCC_FOUND) at $(CUDA_HOME); backend built: no (USE_CUDA=$(USE_CUDA))"
+	@echo "  flags   : $(CXXFLAGS)"
+
+mnist_ddp: $(LIB_OBJS) $(MAIN_OBJ)
+	$(CXX) $(CXXFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/%.o: %.cpp
+	@mkdir -p $(@D)
+	$(CXX) $(CPPFLAGS) $(CXXFLAGS) -c -o $@ $<
+
+$(UNIT_BIN): $(UNIT_OBJS) $(LIB_OBJS)
+	$(CXX) $(CXXFLAGS) -o $@ $^ -lgtest -lgtest_main $(LDLIBS)
+
+$(MPI_TEST_BIN): $(MPI_TEST_OBJS) $(LIB_OBJS)
+	$(CXX) $(CXXFLAGS) -o $@ $^ -lgtest $(LDLIBS)
+
+$(BENCH_BIN): $(BENCH_OBJS) $(LIB_OBJS)
+	$(CXX) $(CXXFLAGS) -o $@ $^ -lbenchmark $(LDLIBS)
+
+# ---- user-facing targets ----------------------------------------------------------------------
+# deps/run/test install what they need first, then re-enter make so library detection sees it.
+deps:
+	@tools/install-deps.sh
+
+data:
+	@data/prepare.sh
+
+run:
+	@tools/install-deps.sh
+	@$(MAKE) --no-print-directory all
+	@data/prepare.sh
+	@source tests/mpi_env.sh && $(MPIRUN) -np 2 ./mnist_ddp $(ARGS)
+
+test:
+	@tools/install-deps.sh
+	@data/prepare.sh
+	@$(MAKE) --no-print-directory test-only
+
+test-only: all $(UNIT_BIN) $(MPI_TEST_BIN)
+	@tests/run_tests.sh
+
+bench:
+	@tools/install-deps.sh
+	@data/prepare.sh
+	@$(MAKE) --no-print-directory bench-only
+
+bench-only: all $(BENCH_BIN)
+	@bench/run_bench.sh
+
+format:
+	clang-format -i include/mnist_ddp/*.hpp src/*.cpp src/cpu/*.cpp tests/unit/*.cpp tests/mpi/*.cpp bench/*.cpp
+
+clean:
+	rm -rf $(BUILD) mnist_ddp
+
+help:
+	@echo "make          build ./mnist_ddp (prints what was found)"
+	@echo "make run      install deps, fetch data, train on 2 CPU ranks (ARGS='--epochs 1' to pass flags)"
+	@echo "make test     install deps, fetch data, run unit, MPI and end-to-end tests"
+	@echo "make bench    microbenchmarks + side-by-side with PyTorch DDP"
+	@echo "make deps     install the Debian packages that are missing"
+	@echo "make data     prepare data/dataset (MNIST if downloadable, else Fashion-MNIST)"
+	@echo "make clean    remove build/ and ./mnist_ddp"
+
+-include $(LIB_OBJS:.o=.d) $(MAIN_OBJ:.o=.d) $(UNIT_OBJS:.o=.d) $(MPI_TEST_OBJS:.o=.d) $(BENCH_OBJS:.o=.d)

@@ -1,0 +1,172 @@
+// ops_bench.cpp — Google Benchmark microbenchmarks of the CPU ops at the ConvNet's shapes
+// (batch 100), a full forward+backward step, and the single-core SGEMM rate that defines the
+// compute floor (16.4 MFLOP per training image, DESIGN.md §1). Run: make bench.
+#include <benchmark/benchmark.h>
+
+#include <cblas.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "mnist_ddp/cpu_ops.hpp"
+#include "mnist_ddp/model.hpp"
+#include "mnist_ddp/ops.hpp"
+#include "mnist_ddp/rng.hpp"
+
+namespace {
+
+using mnist_ddp::SplitMix64;
+using mnist_ddp::cpu::ConvGeom;
+
+std::vector<float> random_vec(std::size_t n, std::uint64_t seed) {
+  SplitMix64 r(seed);
+  std::vector<float> v(n);
+  for (auto& x : v) x = r.uniform(-1, 1);
+  return v;
+}
+
+constexpr int kBatch = 100;
+const ConvGeom kConv1{kBatch, 1, 28, 28, 16, 5, 2};
+const ConvGeom kConv2{kBatch, 16, 14, 14, 32, 5, 2};
+
+ConvGeom geom(int which, int chunk) {
+  ConvGeom g = which == 1 ? kConv1 : kConv2;
+  g.chunk = chunk;
+  return g;
+}
+
+// Square SGEMM: the machine's single-core GEMM rate (the floor's denominator).
+void BM_Sgemm(benchmark::State& st) {
+  const int n = static_cast<int>(st.range(0));
+  auto a = random_vec(static_cast<std::size_t>(n) * n, 1), b = random_vec(a.size(), 2);
+  std::vector<float> c(a.size());
+  for (auto _ : st) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.f, a.data(), n, b.data(), n,
+                0.f, c.data(), n);
+    benchmark::DoNotOptimize(c.data());
+  }
+  st.counters["GFLOP/s"] = benchmark::Counter(
+      2.0 * n * n * n, benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
+}
+BENCHMARK(BM_Sgemm)->Arg(512)->Arg(1024)->Unit(benchmark::kMillisecond);
+
+void conv_counters(benchmark::State& st, const ConvGeom& g, int gemms) {
+  const double flop = 2.0 * g.k * g.c * g.r * g.r * g.out_h() * g.out_w() * g.n * gemms;
+  st.counters["GFLOP/s"] = benchmark::Counter(flop, benchmark::Counter::kIsIterationInvariantRate,
+                                              benchmark::Counter::kIs1000);
+}
+
+// Args: layer (1|2), images per im2col chunk (0: auto).
+void BM_ConvForward(benchmark::State& st) {
+  const ConvGeom g = geom(static_cast<int>(st.range(0)), static_cast<int>(st.range(1)));
+  auto x = random_vec(static_cast<std::size_t>(g.c) * g.n * g.h * g.w, 1);
+  auto w = random_vec(static_cast<std::size_t>(g.k) * g.c * g.r * g.r, 2);
+  auto b = random_vec(g.k, 3);
+  std::vector<float> y(static_cast<std::size_t>(g.k) * g.n * g.out_h() * g.out_w());
+  std::vector<float> work(mnist_ddp::cpu::conv2d_workspace(g));
+  for (auto _ : st)
+    mnist_ddp::cpu::conv2d_forward(g, x.data(), w.data(), b.data(), y.data(), work.data());
+  conv_counters(st, g, 1);
+}
+BENCHMARK(BM_ConvForward)->ArgsProduct({{1, 2}, {0, 1, 4, 10, 25}})->Unit(benchmark::kMillisecond);
+
+void BM_ConvBackwardFilter(benchmark::State& st) {
+  const ConvGeom g = geom(static_cast<int>(st.range(0)), static_cast<int>(st.range(1)));
+  auto x = random_vec(static_cast<std::size_t>(g.c) * g.n * g.h * g.w, 1);
+  auto dy = random_vec(static_cast<std::size_t>(g.k) * g.n * g.out_h() * g.out_w(), 2);
+  std::vector<float> dw(static_cast<std::size_t>(g.k) * g.c * g.r * g.r), db(g.k);
+  std::vector<float> work(mnist_ddp::cpu::conv2d_workspace(g));
+  for (auto _ : st)
+    mnist_ddp::cpu::conv2d_backward_filter(g, x.data(), dy.data(), dw.data(), db.data(),
+                                           work.data());
+  conv_counters(st, g, 1);
+}
+BENCHMARK(BM_ConvBackwardFilter)
+    ->ArgsProduct({{1, 2}, {0, 1, 4, 10, 25}})
+    ->Unit(benchmark::kMillisecond);
+
+void BM_ConvBackwardData(benchmark::State& st) {
+  const ConvGeom g = geom(2, static_cast<int>(st.range(0)));
+  auto w = random_vec(static_cast<std::size_t>(g.k) * g.c * g.r * g.r, 2);
+  auto dy = random_vec(static_cast<std::size_t>(g.k) * g.n * g.out_h() * g.out_w(), 2);
+  std::vector<float> dx(static_cast<std::size_t>(g.c) * g.n * g.h * g.w);
+  std::vector<float> work(mnist_ddp::cpu::conv2d_workspace(g));
+  for (auto _ : st)
+    mnist_ddp::cpu::conv2d_backward_data(g, w.data(), dy.data(), dx.data(), work.data());
+  conv_counters(st, g, 1);
+}
+BENCHMARK(BM_ConvBackwardData)
+    ->Arg(0)
+    ->Arg(1)
+    ->Arg(4)
+    ->Arg(10)
+    ->Arg(25)
+    ->Unit(benchmark::kMillisecond);
+
+// Args: channels, side (16x28 for layer1, 32x14 for layer2).
+void BM_BnReluPoolForward(benchmark::State& st) {
+  const int c = static_cast<int>(st.range(0)), s = static_cast<int>(st.range(1));
+  const std::size_t m = static_cast<std::size_t>(kBatch) * s * s;
+  auto x = random_vec(c * m, 1), gamma = random_vec(c, 2), beta = random_vec(c, 3);
+  std::vector<float> mean(c), invstd(c), rm(c), rv(c, 1.f), y(c * m / 4);
+  std::vector<std::uint8_t> arg(c * m / 4);
+  for (auto _ : st) {
+    mnist_ddp::cpu::batchnorm_stats(c, m, x.data(), 1e-5, 0.1, mean.data(), invstd.data(),
+                                    rm.data(), rv.data());
+    mnist_ddp::cpu::bn_relu_pool_forward(c, kBatch, s, s, x.data(), gamma.data(), beta.data(),
+                                         mean.data(), invstd.data(), y.data(), arg.data());
+  }
+  st.SetBytesProcessed(static_cast<std::int64_t>(st.iterations() * c * m * sizeof(float)));
+}
+BENCHMARK(BM_BnReluPoolForward)->Args({16, 28})->Args({32, 14})->Unit(benchmark::kMicrosecond);
+
+void BM_BnReluPoolBackward(benchmark::State& st) {
+  const int c = static_cast<int>(st.range(0)), s = static_cast<int>(st.range(1));
+  const std::size_t m = static_cast<std::size_t>(kBatch) * s * s;
+  auto x = random_vec(c * m, 1), gamma = random_vec(c, 2), beta = random_vec(c, 3);
+  auto dy = random_vec(c * m / 4, 4);
+  std::vector<float> mean(c), invstd(c), rm(c), rv(c, 1.f), y(c * m / 4), dx(c * m), dg(c), db(c);
+  std::vector<std::uint8_t> arg(c * m / 4);
+  mnist_ddp::cpu::batchnorm_stats(c, m, x.data(), 1e-5, 0.1, mean.data(), invstd.data(), rm.data(),
+                                  rv.data());
+  mnist_ddp::cpu::bn_relu_pool_forward(c, kBatch, s, s, x.data(), gamma.data(), beta.data(),
+                                       mean.data(), invstd.data(), y.data(), arg.data());
+  for (auto _ : st) {
+    mnist_ddp::cpu::bn_relu_pool_backward(c, kBatch, s, s, x.data(), y.data(), dy.data(),
+                                          arg.data(), gamma.data(), mean.data(), invstd.data(),
+                                          true, dx.data(), dg.data(), db.data());
+  }
+  st.SetBytesProcessed(static_cast<std::int64_t>(st.iterations() * c * m * sizeof(float)));
+}
+BENCHMARK(BM_BnReluPoolBackward)->Args({16, 28})->Args({32, 14})->Unit(benchmark::kMicrosecond);
+
+// One full forward + backward of the model at batch 100 (no communication, no optimizer).
+void BM_ModelStep(benchmark::State& st) {
+  auto ops = mnist_ddp::make_cpu_ops();
+  mnist_ddp::ConvNet model(*ops, kBatch);
+  model.init(1);
+  auto x = random_vec(static_cast<std::size_t>(kBatch) * 784, 5);
+  std::vector<std::int32_t> y(kBatch);
+  for (int i = 0; i < kBatch; ++i) y[i] = i % 10;
+  std::vector<float> dl(kBatch * 10);
+  for (auto _ : st) {
+    const float* logits = model.forward(x.data(), kBatch, mnist_ddp::Mode::Train);
+    ops->softmax_cross_entropy(kBatch, 10, logits, y.data(), dl.data(), 1.0 / kBatch);
+    model.backward(dl.data(), nullptr);
+  }
+  st.counters["img/s"] = benchmark::Counter(kBatch, benchmark::Counter::kIsIterationInvariantRate);
+  st.counters["GFLOP/s"] = benchmark::Counter(
+      16.4e6 * kBatch, benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
+}
+BENCHMARK(BM_ModelStep)->Unit(benchmark::kMillisecond);
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  mnist_ddp::set_blas_threads(1);  // per-rank, single core: the configuration the floor is for
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

@@ -1,0 +1,122 @@
+#!/usr/bin/python3
+"""pytorch_ddp.py — the baseline: the same ConvNet, data, per-rank batch, SGD settings and rank
+count trained with PyTorch DistributedDataParallel (gloo backend), launched by the same mpirun as
+mnist_ddp. Data is preloaded as tensors and batches are gathered by DistributedSampler indices
+(cheaper than DataLoader's per-item collation: PyTorch's best case). Prints one JSON line.
+
+mpirun -np 2 /usr/bin/python3 bench/pytorch_ddp.py --data data/dataset --epochs 1
+"""
+import argparse
+import gzip
+import json
+import os
+import struct
+import time
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data.distributed import DistributedSampler
+
+
+class ConvNet(nn.Module):
+    def __init__(self, num_classes=10):
+        super().__init__()
+        self.layer1 = nn.Sequential(nn.Conv2d(1, 16, kernel_size=5, stride=1, padding=2),
+                                    nn.BatchNorm2d(16), nn.ReLU(), nn.MaxPool2d(2, 2))
+        self.layer2 = nn.Sequential(nn.Conv2d(16, 32, kernel_size=5, stride=1, padding=2),
+                                    nn.BatchNorm2d(32), nn.ReLU(), nn.MaxPool2d(2, 2))
+        self.fc = nn.Linear(7 * 7 * 32, num_classes)
+
+    def forward(self, x):
+        out = self.layer2(self.layer1(x))
+        return self.fc(out.reshape(out.size(0), -1))
+
+
+def read_idx(path):
+    opener = gzip.open if open(path, "rb").read(2) == b"\x1f\x8b" else open
+    with opener(path, "rb") as f:
+        raw = f.read()
+    ndim = raw[3]
+    dims = struct.unpack(">" + "I" * ndim, raw[4:4 + 4 * ndim])
+    return np.frombuffer(raw, dtype=np.uint8, offset=4 + 4 * ndim).reshape(dims)
+
+
+def find(d, base):
+    for p in (os.path.join(d, base), os.path.join(d, base + ".gz")):
+        if os.path.exists(p):
+            return p
+    raise SystemExit(f"{d}: missing {base}[.gz]")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--data", default="data/dataset")
+    ap.add_argument("--epochs", type=int, default=1)
+    ap.add_argument("--batch-size", type=int, default=100)
+    ap.add_argument("--lr", type=float, default=0.01)
+    ap.add_argument("--momentum", type=float, default=0.9)
+    ap.add_argument("--seed", type=int, default=42)
+    ap.add_argument("--threads", type=int, default=1)
+    a = ap.parse_args()
+
+    rank = int(os.environ.get("OMPI_COMM_WORLD_RANK", os.environ.get("RANK", 0)))
+    world = int(os.environ.get("OMPI_COMM_WORLD_SIZE", os.environ.get("WORLD_SIZE", 1)))
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ.setdefault("MASTER_PORT", "29533")
+    torch.set_num_threads(a.threads)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    torch.manual_seed(a.seed)
+
+    xtr = read_idx(find(a.data, "train-images-idx3-ubyte")).astype(np.float32) / 255.0
+    ytr = read_idx(find(a.data, "train-labels-idx1-ubyte")).astype(np.int64)
+    xte = read_idx(find(a.data, "t10k-images-idx3-ubyte")).astype(np.float32) / 255.0
+    yte = read_idx(find(a.data, "t10k-labels-idx1-ubyte")).astype(np.int64)
+    mean, std = float(xtr.mean()), float(xtr.std())  # same normalisation as mnist_ddp
+    xtr = torch.from_numpy((xtr - mean) / std).unsqueeze(1)
+    xte = torch.from_numpy((xte - mean) / std).unsqueeze(1)
+    ytr, yte = torch.from_numpy(ytr), torch.from_numpy(yte)
+
+    model = DDP(ConvNet())
+    crit = nn.CrossEntropyLoss()
+    opt = torch.optim.SGD(model.parameters(), a.lr, momentum=a.momentum)
+    sampler = DistributedSampler(range(len(ytr)), num_replicas=world, rank=rank, shuffle=True,
+                                 seed=a.seed)
+    train_s, images = 0.0, 0
+    for epoch in range(a.epochs):
+        sampler.set_epoch(epoch)
+        idx = torch.tensor(list(iter(sampler)))
+        model.train()
+        dist.barrier()
+        t0 = time.perf_counter()
+        for b in range(0, len(idx), a.batch_size):
+            bi = idx[b:b + a.batch_size]
+            x, y = xtr[bi], ytr[bi]
+            loss = crit(model(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            images += len(bi) * world
+        dist.barrier()
+        train_s += time.perf_counter() - t0
+    # Exact evaluation: each rank a contiguous shard, totals all-reduced.
+    model.eval()
+    lo, hi = len(yte) * rank // world, len(yte) * (rank + 1) // world
+    correct = torch.zeros(2)
+    with torch.no_grad():
+        for b in range(lo, hi, 1000):
+            out = model(xte[b:min(b + 1000, hi)])
+            correct[0] += (out.argmax(1) == yte[b:min(b + 1000, hi)]).sum()
+            correct[1] += out.shape[0]
+    dist.all_reduce(correct)
+    if rank == 0:
+        print(json.dumps({"impl": "pytorch_ddp_gloo", "torch": torch.__version__, "world": world,
+                          "images_per_s": images / train_s, "train_s": train_s,
+                          "top1": float(correct[0] / correct[1]), "test_count": int(correct[1])}))
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,58 @@
+// cli.hpp — the run configuration and its command line. One CLI11 table drives both parsing and
+// --help, so the usage text cannot drift from the parser.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "mnist_ddp/device.hpp"
+#include "mnist_ddp/optimizer.hpp"
+
+namespace mnist_ddp {
+
+enum class Progress { Auto, On, Off };
+
+struct Config {
+  std::string data_dir = "data/dataset";
+  int epochs = 2;
+  std::int64_t max_steps = 0;  // 0: no limit
+  int batch_size = 100;        // per rank
+  int eval_batch_size = 500;   // per rank
+  double lr = 0.01;
+  double momentum = 0.9;
+  double dampening = 0.0;
+  double weight_decay = 0.0;
+  bool nesterov = false;
+  LrSchedule lr_schedule = LrSchedule::Constant;
+  int lr_step_size = 1;
+  double lr_gamma = 0.1;
+  std::int64_t warmup_steps = 0;
+  double min_lr = 0.0;
+  std::uint64_t seed = 42;
+  std::int64_t eval_every = 0;  // steps; 0: only at the end of each epoch
+  bool drop_last = false;
+  bool shuffle = true;
+  DeviceChoice device = DeviceChoice::Auto;
+  int threads = 1;  // BLAS threads per rank; 0: usable cores / ranks on this node
+  std::string log_dir = "logging";
+  std::int64_t log_every = 50;
+  std::int64_t check_replicas = 0;
+  bool print_env = false;
+  Progress progress = Progress::Auto;
+};
+
+enum class ParseOutcome { Run, ExitOk };
+
+// Parses argv into cfg. --help / --version print (only when `print` is true, i.e. on rank 0) and
+// return ExitOk. A bad command line throws UserError naming the flag and the fix.
+ParseOutcome parse_cli(int argc, char** argv, Config& cfg, bool print);
+
+// The --help text (for the README consistency test).
+std::string help_text();
+
+// The configuration as "key=value" pairs on one line (logged at start).
+std::string describe(const Config& cfg);
+
+inline constexpr const char* kVersion = "0.1.0";
+
+}  // namespace mnist_ddp

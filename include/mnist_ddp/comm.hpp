@@ -1,0 +1,58 @@
+// comm.hpp — the collective-communication interface the trainer and the DDP engine talk to.
+// Typed std::span API so counts and dtypes cannot disagree. MpiComm works on host memory; the
+// CUDA backend adds NcclComm behind the same interface.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+
+namespace mnist_ddp {
+
+enum class ReduceOp { Sum, Max, Min };
+enum class DType { F32, F64, I32, I64, U64, U8 };
+
+class Comm {
+ public:
+  virtual ~Comm() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+
+  // In-place all-reduce.
+  void allreduce(std::span<float> data, ReduceOp op);
+  void allreduce(std::span<double> data, ReduceOp op);
+  void allreduce(std::span<std::int32_t> data, ReduceOp op);
+  void allreduce(std::span<std::int64_t> data, ReduceOp op);
+  // Sum over ranks, then divide by the world size (DDP gradient averaging).
+  void allreduce_avg(std::span<float> data);
+
+  void broadcast(std::span<float> data, int root);
+  void broadcast(std::span<double> data, int root);
+  void broadcast(std::span<std::int64_t> data, int root);
+  void broadcast(std::span<std::uint64_t> data, int root);
+  void broadcast(std::span<std::uint8_t> data, int root);
+
+  // recv.size() == send.size() * size(); rank r's block lands at recv[r * send.size()].
+  void allgather(std::span<const std::uint64_t> send, std::span<std::uint64_t> recv);
+
+  virtual void barrier() = 0;
+  // Ends every rank of the job now (internal failures only).
+  [[noreturn]] virtual void abort(int code) = 0;
+
+  // Payload bytes this rank has handed to collectives (sum of buffer sizes), for the metrics.
+  std::uint64_t payload_bytes() const { return payload_bytes_; }
+
+ protected:
+  virtual void allreduce_raw(void* data, std::size_t count, DType type, ReduceOp op) = 0;
+  virtual void broadcast_raw(void* data, std::size_t count, DType type, int root) = 0;
+  virtual void allgather_raw(const void* send, void* recv, std::size_t count, DType type) = 0;
+  void count_bytes(std::size_t bytes) { payload_bytes_ += bytes; }
+
+ private:
+  std::uint64_t payload_bytes_ = 0;
+};
+
+// Host-memory collectives over MPI_COMM_WORLD.
+std::unique_ptr<Comm> make_mpi_comm();
+
+}  // namespace mnist_ddp

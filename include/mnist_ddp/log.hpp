@@ -1,0 +1,48 @@
+// log.hpp — rank 0's console + file log (spdlog), the JSONL metrics file (nlohmann-json), and the
+// live progress line on a TTY. Other ranks only print their identity line and errors.
+#pragma once
+
+#include <fstream>
+#include <memory>
+#include <string>
+
+#include <nlohmann/json_fwd.hpp>
+
+namespace spdlog {
+class logger;
+}
+
+namespace mnist_ddp {
+
+class Logger {
+ public:
+  // Rank 0 creates log_dir and opens mnist_train.log and metrics.jsonl (UserError if it cannot).
+  Logger(int rank, const std::string& log_dir, bool live_progress);
+  ~Logger();
+  Logger(const Logger&) = delete;
+  Logger& operator=(const Logger&) = delete;
+
+  bool is_root() const { return rank_ == 0; }
+  bool live_progress() const { return live_; }
+  // A line on rank 0's console and in the log file.
+  void info(const std::string& line);
+  // A line only in the log file.
+  void file(const std::string& line);
+  // One JSON object per line in metrics.jsonl (flushed, so a killed job keeps its metrics).
+  void metrics(const nlohmann::json& record);
+  // Rewrites the live progress line (TTY only; no-op otherwise).
+  void progress(const std::string& line);
+  std::string log_path() const { return log_path_; }
+  std::string metrics_path() const { return metrics_path_; }
+
+ private:
+  void clear_progress();
+  int rank_;
+  bool live_;
+  bool progress_shown_ = false;
+  std::string log_path_, metrics_path_;
+  std::shared_ptr<spdlog::logger> console_, file_;
+  std::ofstream metrics_;
+};
+
+}  // namespace mnist_ddp

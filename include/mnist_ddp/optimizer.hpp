@@ -1,0 +1,44 @@
+// optimizer.hpp — SGD with momentum / weight decay / nesterov (PyTorch's update rule, see
+// cpu_ops.hpp SgdParams) over the flat parameter arena, and the learning-rate schedules.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+
+#include "mnist_ddp/ops.hpp"
+#include "mnist_ddp/tensor.hpp"
+
+namespace mnist_ddp {
+
+enum class LrSchedule { Constant, Step, Cosine };
+
+struct LrConfig {
+  double base_lr = 0.01;
+  LrSchedule schedule = LrSchedule::Constant;
+  int step_size = 1;  // Step: multiply by gamma every step_size epochs
+  double gamma = 0.1;
+  std::int64_t warmup_steps = 0;  // linear warm-up: lr * (step + 1) / warmup_steps
+  std::int64_t total_steps = 1;   // Cosine: anneals to min_lr over the steps after warm-up
+  double min_lr = 0.0;
+};
+
+// Learning rate for optimizer step `step` (0-based) taken during epoch `epoch` (0-based).
+double learning_rate(const LrConfig& c, std::int64_t step, std::int64_t epoch);
+
+class Sgd {
+ public:
+  Sgd(Ops& ops, std::size_t numel, const SgdParams& params);
+  // One update of params with grads at learning rate lr.
+  void step(std::span<float> params, std::span<const float> grads, double lr);
+  std::int64_t steps_taken() const { return steps_; }
+  std::span<float> momentum_buffer() { return {buf_.data(), buf_.numel()}; }
+
+ private:
+  Ops& ops_;
+  SgdParams params_;
+  Tensor buf_;
+  std::int64_t steps_ = 0;
+};
+
+}  // namespace mnist_ddp

@@ -1,0 +1,63 @@
+// runtime.hpp — who this process is: MPI init, rank/world (MPI is authoritative), local rank and
+// node derived from OMPI_* / SLURM_* / MPI_Comm_split_type, and the launcher cross-check that
+// catches `srun` without an MPI bootstrap. Teardown is explicit in main (MPI_Finalize last).
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace mnist_ddp {
+
+// A snapshot of the launcher-related environment variables (a plain map so tests can build one).
+using EnvMap = std::map<std::string, std::string>;
+
+// Reads the variables the derivation looks at (OMPI_*, SLURM_*, PMIX_*) from the environment.
+EnvMap read_launch_env();
+
+// Everything that identifies this rank. `derivation` records where each value came from, for
+// --print-env and for error messages.
+struct Identity {
+  int rank = 0;
+  int world = 1;
+  int local_rank = 0;
+  int local_size = 1;
+  int node = 0;  // index of this rank's node among the job's nodes
+  int num_nodes = 1;
+  std::string host;
+  long pid = 0;
+  std::string launcher;  // "mpirun", "srun", "none" (singleton)
+  std::vector<std::string> derivation;
+};
+
+// MPI's view of the node-local group (from MPI_Comm_split_type(SHARED)) and of the node index.
+struct MpiLocality {
+  int local_rank = 0;
+  int local_size = 1;
+  int node = 0;
+  int num_nodes = 1;
+};
+
+// Cross-checks the launcher's variables against MPI and derives local rank. Pure function so it
+// is unit-tested with hand-made environments. Throws UserError when the launcher and MPI disagree
+// (message explains the likely cause and the fix).
+Identity derive_identity(int mpi_rank, int mpi_world, const MpiLocality& mpi, const EnvMap& env,
+                         const std::string& host, long pid);
+
+// MPI_Init_thread + MPI_ERRORS_RETURN on MPI_COMM_WORLD. Call first thing in main.
+void mpi_init(int* argc, char*** argv);
+
+// Asks MPI for rank, world, node-local group and node index.
+void mpi_query(int* rank, int* world, MpiLocality* locality);
+
+// This machine's hostname.
+std::string host_name();
+
+// MPI_Finalize (last step of the explicit teardown in main).
+void mpi_finalize();
+
+// Number of CPU cores this process may run on (sched_getaffinity).
+int usable_cores();
+
+}  // namespace mnist_ddp

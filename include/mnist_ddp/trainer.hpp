@@ -1,0 +1,66 @@
+// trainer.hpp — the training loop: sampler -> gather batch -> forward -> loss -> backward ->
+// gradient all-reduce -> SGD step; exact distributed evaluation; metrics and progress.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "mnist_ddp/cli.hpp"
+#include "mnist_ddp/comm.hpp"
+#include "mnist_ddp/dataset.hpp"
+#include "mnist_ddp/log.hpp"
+#include "mnist_ddp/model.hpp"
+#include "mnist_ddp/optimizer.hpp"
+
+namespace mnist_ddp {
+
+struct EvalResult {
+  double loss = 0;  // mean over the test set
+  double top1 = 0;  // fraction
+  double top5 = 0;
+  std::int64_t count = 0;  // images evaluated (== test set size: each counted exactly once)
+};
+
+struct TrainResult {
+  EvalResult final_eval;
+  std::int64_t steps = 0;
+  int epochs_completed = 0;
+  double train_seconds = 0;      // forward/backward/all-reduce/update only (no evaluation)
+  double images_per_second = 0;  // global training images / train_seconds
+  std::uint64_t comm_bytes = 0;  // payload bytes this rank passed to collectives
+};
+
+class Trainer {
+ public:
+  Trainer(const Config& cfg, Comm& comm, Ops& ops, ConvNet& model, const DataSplit& data,
+          Logger& log);
+  // Steps per epoch and in the whole run (after --max-steps).
+  std::int64_t steps_per_epoch() const { return steps_per_epoch_; }
+  std::int64_t total_steps() const { return total_steps_; }
+  TrainResult run();
+  // One data-parallel step on this rank's batch x[n][784], y[n]; returns the local summed loss.
+  double step(const float* x, const std::int32_t* y, int n, Mode mode = Mode::Train);
+  EvalResult evaluate();
+
+ private:
+  void log_window(std::int64_t epoch, double elapsed);
+  const Config& cfg_;
+  Comm& comm_;
+  Ops& ops_;
+  ConvNet& model_;
+  const DataSplit& data_;
+  Logger& log_;
+  Sgd sgd_;
+  LrConfig lr_;
+  std::int64_t steps_per_epoch_ = 0;
+  std::int64_t total_steps_ = 0;
+  std::int64_t step_ = 0;
+  std::int64_t epoch_ = 0;
+  double window_loss_ = 0;
+  std::int64_t window_images_ = 0;
+  double last_lr_ = 0;
+  std::vector<float> x_, dlogits_;
+  std::vector<std::int32_t> y_;
+};
+
+}  // namespace mnist_ddp

@@ -1,0 +1,158 @@
+// cli.cpp — the CLI11 option table (the single source of truth for flags and --help).
+#include "mnist_ddp/cli.hpp"
+
+#include <fmt/format.h>
+#include <CLI/CLI.hpp>
+
+#include <cstdlib>
+#include <map>
+
+#include "mnist_ddp/check.hpp"
+
+namespace mnist_ddp {
+namespace {
+
+// Range checks whose messages read well (CLI11's built-in ones print DBL_MAX as the bound).
+// A non-number passes here and is then rejected by the type conversion with its own message.
+bool parse_number(const std::string& s, double* v) {
+  char* end = nullptr;
+  *v = std::strtod(s.c_str(), &end);
+  return end != s.c_str() && *end == '\0';
+}
+const CLI::Validator kPositive(
+    [](std::string& s) {
+      double v = 0;
+      return !parse_number(s, &v) || v > 0 ? std::string() : "must be > 0 (got " + s + ")";
+    },
+    "> 0", "positive");
+const CLI::Validator kNonNegative(
+    [](std::string& s) {
+      double v = 0;
+      return !parse_number(s, &v) || v >= 0 ? std::string() : "must be >= 0 (got " + s + ")";
+    },
+    ">= 0", "non-negative");
+
+// Enum flags are parsed as checked strings (readable --help), then mapped onto Config.
+struct EnumText {
+  std::string lr_schedule = "constant";
+  std::string device = "auto";
+  std::string progress = "auto";
+};
+
+void build(CLI::App& app, Config& c, EnumText& t) {
+  app.set_version_flag("--version", std::string("mnist_ddp ") + kVersion);
+  app.option_defaults()->always_capture_default();
+  // A flag given twice takes the last value, so job scripts can append overrides.
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  app.add_option("--data", c.data_dir,
+                 "directory with {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz]");
+  app.add_option("--epochs", c.epochs, "passes over the training set")->check(kPositive);
+  app.add_option("--max-steps", c.max_steps, "stop after this many optimizer steps (0: no limit)")
+      ->check(kNonNegative);
+  app.add_option("--batch-size", c.batch_size, "images per rank per step")
+      ->check(CLI::Range(1, 65536));
+  app.add_option("--eval-batch-size", c.eval_batch_size, "images per rank per evaluation batch")
+      ->check(CLI::Range(1, 65536));
+  app.add_option("--lr", c.lr, "base learning rate")->check(kNonNegative);
+  app.add_option("--momentum", c.momentum, "SGD momentum (0 disables)")
+      ->check(CLI::Range(0.0, 1.0));
+  app.add_option("--dampening", c.dampening, "SGD dampening")->check(CLI::Range(0.0, 1.0));
+  app.add_option("--weight-decay", c.weight_decay, "L2 penalty added to the gradient")
+      ->check(kNonNegative);
+  app.add_flag("--nesterov", c.nesterov, "Nesterov momentum (needs --momentum > 0, dampening 0)");
+  app.add_option("--lr-schedule", t.lr_schedule, "constant | step | cosine")
+      ->check(CLI::IsMember({"constant", "step", "cosine"}));
+  app.add_option("--lr-step-size", c.lr_step_size, "step schedule: epochs between decays")
+      ->check(kPositive);
+  app.add_option("--lr-gamma", c.lr_gamma, "step schedule: decay factor")->check(kNonNegative);
+  app.add_option("--warmup-steps", c.warmup_steps, "linear warm-up steps (0: none)")
+      ->check(kNonNegative);
+  app.add_option("--min-lr", c.min_lr, "cosine schedule: final learning rate")->check(kNonNegative);
+  app.add_option("--seed", c.seed, "seed for initial weights and the shuffle");
+  app.add_option("--eval-every", c.eval_every, "also evaluate every N steps (0: epoch ends only)")
+      ->check(kNonNegative);
+  app.add_flag("--drop-last", c.drop_last,
+               "drop the tail of the training set that does not divide by the world size "
+               "(default: pad by repeating the head)");
+  app.add_flag("!--no-shuffle", c.shuffle, "visit training images in file order");
+  app.add_option("--device", t.device, "cpu | cuda | auto (cuda when a GPU is visible)")
+      ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
+  app.add_option("--threads", c.threads,
+                 "BLAS threads per rank (0: usable cores / ranks on this node)")
+      ->check(CLI::Range(0, 1024));
+  app.add_option("--log-dir", c.log_dir, "rank 0 writes mnist_train.log and metrics.jsonl here");
+  app.add_option("--log-every", c.log_every, "steps between progress lines in batch output")
+      ->check(kPositive);
+  app.add_option("--check-replicas", c.check_replicas,
+                 "every N steps compare a hash of the parameters across ranks (0: off)")
+      ->check(kNonNegative);
+  app.add_flag("--print-env", c.print_env,
+               "print how rank, local rank and node were derived, then exit");
+  app.add_option("--progress", t.progress, "live progress line: auto (on a TTY) | on | off")
+      ->check(CLI::IsMember({"auto", "on", "off"}));
+}
+
+const char* kDescription =
+    "mnist_ddp: data-parallel training of the MNIST ConvNet over MPI.\n"
+    "Launch with `mpirun -np N ./mnist_ddp`, `srun --mpi=pmix ./mnist_ddp`, or alone.";
+
+}  // namespace
+
+ParseOutcome parse_cli(int argc, char** argv, Config& cfg, bool print) {
+  CLI::App app{kDescription, "mnist_ddp"};
+  EnumText text;
+  build(app, cfg, text);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp&) {
+    if (print) fmt::print("{}", app.help());
+    return ParseOutcome::ExitOk;
+  } catch (const CLI::CallForAllHelp&) {
+    if (print) fmt::print("{}", app.help("", CLI::AppFormatMode::All));
+    return ParseOutcome::ExitOk;
+  } catch (const CLI::CallForVersion&) {
+    if (print) fmt::print("mnist_ddp {}\n", kVersion);
+    return ParseOutcome::ExitOk;
+  } catch (const CLI::ParseError& e) {
+    throw UserError(
+        fmt::format("command line: {}. Run `mnist_ddp --help` for every flag.", e.what()));
+  }
+  const std::map<std::string, LrSchedule> schedules{{"constant", LrSchedule::Constant},
+                                                    {"step", LrSchedule::Step},
+                                                    {"cosine", LrSchedule::Cosine}};
+  const std::map<std::string, DeviceChoice> devices{
+      {"cpu", DeviceChoice::Cpu}, {"cuda", DeviceChoice::Cuda}, {"auto", DeviceChoice::Auto}};
+  const std::map<std::string, Progress> progress{
+      {"auto", Progress::Auto}, {"on", Progress::On}, {"off", Progress::Off}};
+  cfg.lr_schedule = schedules.at(text.lr_schedule);
+  cfg.device = devices.at(text.device);
+  cfg.progress = progress.at(text.progress);
+  if (cfg.nesterov && (cfg.momentum <= 0 || cfg.dampening != 0)) {
+    throw UserError("--nesterov needs --momentum > 0 and --dampening 0 (as torch.optim.SGD)");
+  }
+  return ParseOutcome::Run;
+}
+
+std::string help_text() {
+  Config c;
+  EnumText t;
+  CLI::App app{kDescription, "mnist_ddp"};
+  build(app, c, t);
+  return app.help();
+}
+
+std::string describe(const Config& c) {
+  static const char* kSched[] = {"constant", "step", "cosine"};
+  static const char* kDev[] = {"cpu", "cuda", "auto"};
+  return fmt::format(
+      "data={} epochs={} max_steps={} batch_size={} eval_batch_size={} lr={} momentum={} "
+      "dampening={} weight_decay={} nesterov={} lr_schedule={} lr_step_size={} lr_gamma={} "
+      "warmup_steps={} min_lr={} seed={} eval_every={} drop_last={} shuffle={} device={} "
+      "threads={} log_every={} check_replicas={}",
+      c.data_dir, c.epochs, c.max_steps, c.batch_size, c.eval_batch_size, c.lr, c.momentum,
+      c.dampening, c.weight_decay, c.nesterov, kSched[static_cast<int>(c.lr_schedule)],
+      c.lr_step_size, c.lr_gamma, c.warmup_steps, c.min_lr, c.seed, c.eval_every, c.drop_last,
+      c.shuffle, kDev[static_cast<int>(c.device)], c.threads, c.log_every, c.check_replicas);
+}
+
+}  // namespace mnist_ddp

@@ -1,0 +1,53 @@
+// comm.cpp — the typed front of Comm (dtype dispatch, byte accounting, averaging).
+#include "mnist_ddp/comm.hpp"
+
+namespace mnist_ddp {
+
+void Comm::allreduce(std::span<float> d, ReduceOp op) {
+  count_bytes(d.size_bytes());
+  allreduce_raw(d.data(), d.size(), DType::F32, op);
+}
+void Comm::allreduce(std::span<double> d, ReduceOp op) {
+  count_bytes(d.size_bytes());
+  allreduce_raw(d.data(), d.size(), DType::F64, op);
+}
+void Comm::allreduce(std::span<std::int32_t> d, ReduceOp op) {
+  count_bytes(d.size_bytes());
+  allreduce_raw(d.data(), d.size(), DType::I32, op);
+}
+void Comm::allreduce(std::span<std::int64_t> d, ReduceOp op) {
+  count_bytes(d.size_bytes());
+  allreduce_raw(d.data(), d.size(), DType::I64, op);
+}
+void Comm::allreduce_avg(std::span<float> d) {
+  allreduce(d, ReduceOp::Sum);
+  // Divide (not multiply by 1/size) so the result matches "sum, then divide" bit for bit.
+  const float n = static_cast<float>(size());
+  for (float& x : d) x /= n;
+}
+void Comm::broadcast(std::span<float> d, int root) {
+  count_bytes(d.size_bytes());
+  broadcast_raw(d.data(), d.size(), DType::F32, root);
+}
+void Comm::broadcast(std::span<double> d, int root) {
+  count_bytes(d.size_bytes());
+  broadcast_raw(d.data(), d.size(), DType::F64, root);
+}
+void Comm::broadcast(std::span<std::int64_t> d, int root) {
+  count_bytes(d.size_bytes());
+  broadcast_raw(d.data(), d.size(), DType::I64, root);
+}
+void Comm::broadcast(std::span<std::uint64_t> d, int root) {
+  count_bytes(d.size_bytes());
+  broadcast_raw(d.data(), d.size(), DType::U64, root);
+}
+void Comm::broadcast(std::span<std::uint8_t> d, int root) {
+  count_bytes(d.size_bytes());
+  broadcast_raw(d.data(), d.size(), DType::U8, root);
+}
+void Comm::allgather(std::span<const std::uint64_t> send, std::span<std::uint64_t> recv) {
+  count_bytes(send.size_bytes());
+  allgather_raw(send.data(), recv.data(), send.size(), DType::U64);
+}
+
+}  // namespace mnist_ddp

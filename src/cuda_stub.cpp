@@ -1,0 +1,26 @@
+// cuda_stub.cpp — linked instead of src/cuda/ in a CPU-only build (USE_CUDA=0): the CUDA seam
+// answers "built without CUDA" instead of the binary failing to link or to start.
+#include <memory>
+
+#include "mnist_ddp/check.hpp"
+#include "mnist_ddp/device.hpp"
+#include "mnist_ddp/ops.hpp"
+
+namespace mnist_ddp {
+
+bool cuda_built() {
+  return false;
+}
+int cuda_device_count() {
+  return 0;
+}
+void* cuda_alloc(std::size_t) {
+  throw UserError("this mnist_ddp was built without CUDA; device memory is unavailable");
+}
+void cuda_free(void*) {}
+std::unique_ptr<Ops> make_cuda_ops() {
+  throw UserError(
+      "this mnist_ddp was built without CUDA (make USE_CUDA=1 to build the GPU backend)");
+}
+
+}  // namespace mnist_ddp

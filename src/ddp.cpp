@@ -1,0 +1,70 @@
+// ddp.cpp — broadcasts, gradient averaging and the replica check.
+#include "mnist_ddp/ddp.hpp"
+
+#include <fmt/format.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "mnist_ddp/check.hpp"
+
+namespace mnist_ddp {
+namespace {
+std::uint64_t fnv1a(std::uint64_t h, const void* data, std::size_t bytes) {
+  const auto* p = static_cast<const std::uint8_t*>(data);
+  for (std::size_t i = 0; i < bytes; ++i) {
+    h ^= p[i];
+    h *= 0x100000001b3ULL;
+  }
+  return h;
+}
+}  // namespace
+
+void broadcast_model(Comm& comm, ConvNet& model) {
+  // Collective: every replica starts from rank 0's initial weights.
+  comm.broadcast(model.params(), 0);
+  broadcast_buffers(comm, model);
+}
+
+void broadcast_buffers(Comm& comm, ConvNet& model) {
+  // Collective: BN running statistics follow rank 0 (DDP's default), so every replica and every
+  // evaluation agree.
+  comm.broadcast(model.buffers(), 0);
+  comm.broadcast(model.num_batches_tracked(), 0);
+}
+
+void average_gradients(Comm& comm, ConvNet& model) {
+  // Collective: the averaged gradient is identical on every rank, so identical SGD updates keep
+  // the replicas bitwise equal.
+  comm.allreduce_avg(model.grads());
+}
+
+std::uint64_t replica_hash(ConvNet& model) {
+  std::uint64_t h = 0xcbf29ce484222325ULL;
+  // Parameters only: BN running statistics are rank-local between DDP's broadcasts (each rank's
+  // last forward updated them from its own batch), exactly as in PyTorch.
+  return fnv1a(h, model.params().data(), model.params().size_bytes());
+}
+
+void check_replicas(Comm& comm, ConvNet& model, std::int64_t step) {
+  const std::uint64_t mine = replica_hash(model);
+  std::vector<std::uint64_t> all(static_cast<std::size_t>(comm.size()));
+  // Collective: every rank sees every hash, so all ranks reach the same verdict together.
+  comm.allgather(std::span<const std::uint64_t>(&mine, 1), all);
+  std::string bad;
+  for (int r = 1; r < comm.size(); ++r) {
+    if (all[static_cast<std::size_t>(r)] != all[0])
+      bad += (bad.empty() ? "" : ", ") + std::to_string(r);
+  }
+  if (!bad.empty()) {
+    throw UserError(
+        fmt::format("--check-replicas: after step {} the parameters of rank(s) {} differ from "
+                    "rank 0 (hash {:016x} on rank 0). The replicas diverged: this points at "
+                    "non-deterministic reductions or a hardware fault on those ranks' nodes",
+                    step, bad, all[0]),
+        kExitReplicaDiverged);
+  }
+}
+
+}  // namespace mnist_ddp

@@ -1,0 +1,144 @@
+// main.cpp — mnist_ddp's entry point: MPI up, identity, configuration, data, model, training,
+// summary; teardown explicit and in order (NCCL -> CUDA -> MPI_Finalize).
+#include <unistd.h>
+
+#include <fmt/format.h>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "mnist_ddp/agree.hpp"
+#include "mnist_ddp/check.hpp"
+#include "mnist_ddp/cli.hpp"
+#include "mnist_ddp/comm.hpp"
+#include "mnist_ddp/dataset.hpp"
+#include "mnist_ddp/ddp.hpp"
+#include "mnist_ddp/device.hpp"
+#include "mnist_ddp/log.hpp"
+#include "mnist_ddp/model.hpp"
+#include "mnist_ddp/ops.hpp"
+#include "mnist_ddp/runtime.hpp"
+#include "mnist_ddp/trainer.hpp"
+
+namespace mnist_ddp {
+namespace {
+
+// Everything with MPI inside lives in this scope, so it is gone before MPI_Finalize.
+int run(int argc, char** argv, int rank, int world, const MpiLocality& locality,
+        const std::string& host) {
+  const EnvMap env = read_launch_env();
+  Identity id;
+  try {
+    id = derive_identity(rank, world, locality, env, host, static_cast<long>(getpid()));
+  } catch (const UserError& e) {
+    // The launcher and MPI disagree, so MPI cannot coordinate who reports: the task Slurm/Open MPI
+    // calls 0 does (or every process when that is unknown).
+    const auto it = env.find("SLURM_PROCID");
+    if (it == env.end() || it->second == "0") {
+      std::fprintf(stderr, "mnist_ddp: error: %s\n", e.what());
+    }
+    return e.exit_code();
+  }
+
+  std::unique_ptr<Comm> comm = make_mpi_comm();
+  Config cfg;
+  ParseOutcome outcome = ParseOutcome::Run;
+  run_agreed(*comm, [&] { outcome = parse_cli(argc, argv, cfg, rank == 0); });
+  if (outcome == ParseOutcome::ExitOk) return kExitOk;
+
+  Device device = Device::Cpu;
+  run_agreed(*comm, [&] { device = resolve_device(cfg.device); });
+  const int threads =
+      cfg.threads > 0 ? cfg.threads : std::max(1, usable_cores() / std::max(1, id.local_size));
+  if (cfg.print_env) {
+    std::string out;
+    for (const auto& line : id.derivation) out += fmt::format("[rank {}] {}\n", rank, line);
+    out += fmt::format("[rank {}] host {} pid {} device {} threads {} (usable cores {})\n", rank,
+                       host, id.pid, to_string(device), threads, usable_cores());
+    std::fputs(out.c_str(), stdout);
+    std::fflush(stdout);
+    return kExitOk;
+  }
+  std::printf("# rank %d/%d local %d host %s pid %ld device %s\n", rank, world, id.local_rank,
+              host.c_str(), id.pid, to_string(device));
+  std::fflush(stdout);
+  set_blas_threads(threads);
+
+  std::unique_ptr<Logger> log;
+  run_agreed(*comm, [&] {
+    const bool tty = cfg.progress == Progress::On ||
+                     (cfg.progress == Progress::Auto && isatty(fileno(stdout)) != 0);
+    log = std::make_unique<Logger>(rank, cfg.log_dir, tty);
+  });
+  log->file(fmt::format("mnist_ddp {} world {} launcher {} nodes {}", kVersion, world, id.launcher,
+                        id.num_nodes));
+  log->file("config: " + describe(cfg));
+
+  DataSplit data;
+  run_agreed(*comm, [&] { data = load_data_dir(cfg.data_dir); });
+  log->info(fmt::format("mnist_ddp {}: {} rank(s) on {} node(s), device {}, {} BLAS thread(s)/rank",
+                        kVersion, world, id.num_nodes, to_string(device), threads));
+  log->info(fmt::format(
+      "data: {} from {} ({} train, {} test, labels crc32 {:08x}, mean {:.4f} "
+      "std {:.4f})",
+      data.name, data.dir, data.train.count, data.test.count, data.crc32, data.mean, data.std));
+
+  std::unique_ptr<Ops> ops = make_ops(device);
+  const int max_batch = std::max(cfg.batch_size, cfg.eval_batch_size);
+  ConvNet model(*ops, max_batch);
+  if (rank == 0) model.init(cfg.seed);
+  broadcast_model(*comm, model);
+
+  Trainer trainer(cfg, *comm, *ops, model, data, *log);
+  log->info(fmt::format("training: {} epoch(s) x {} steps, batch {} per rank ({} global), lr {}",
+                        cfg.epochs, trainer.steps_per_epoch(), cfg.batch_size,
+                        cfg.batch_size * world, cfg.lr));
+  const TrainResult r = trainer.run();
+  log->metrics({{"event", "done"},
+                {"steps", r.steps},
+                {"top1", r.final_eval.top1},
+                {"top5", r.final_eval.top5},
+                {"test_loss", r.final_eval.loss},
+                {"train_s", r.train_seconds},
+                {"images_per_s", r.images_per_second},
+                {"comm_bytes", r.comm_bytes},
+                {"dataset", data.name}});
+  log->info(
+      fmt::format("done: {} steps, test top-1 {:.2f}% top-5 {:.2f}% loss {:.4f}, training "
+                  "{:.1f} s at {:.0f} img/s ({} ranks); log {}",
+                  r.steps, 100 * r.final_eval.top1, 100 * r.final_eval.top5, r.final_eval.loss,
+                  r.train_seconds, r.images_per_second, world, log->log_path()));
+  return kExitOk;
+}
+
+}  // namespace
+}  // namespace mnist_ddp
+
+int main(int argc, char** argv) {
+  using namespace mnist_ddp;
+  mpi_init(&argc, &argv);
+  int rank = 0, world = 1;
+  MpiLocality locality;
+  mpi_query(&rank, &world, &locality);
+  const std::string host = host_name();
+  set_error_identity(rank, host);
+  int code = kExitOk;
+  try {
+    code = run(argc, argv, rank, world, locality, host);
+  } catch (const AgreedExit& e) {
+    code = e.code;
+  } catch (const UserError& e) {
+    // A user error outside an agreement point (all ranks hit it together, e.g. the replica
+    // check): rank 0 reports.
+    if (rank == 0) std::fprintf(stderr, "mnist_ddp: error: %s\n", e.what());
+    code = e.exit_code();
+  } catch (const std::exception& e) {
+    // Unexpected on this rank only: the others may be inside a collective, so end the whole job.
+    fail_internal(e.what(), __FILE__, __LINE__);
+  }
+  // Teardown in order: (NCCL communicator, CUDA context: GPU backend) then MPI.
+  mpi_finalize();
+  return code;
+}

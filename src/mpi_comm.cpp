@@ -1,0 +1,86 @@
+// mpi_comm.cpp — MpiComm: Comm over MPI_COMM_WORLD on host memory.
+#include <mpi.h>
+
+#include "mnist_ddp/check.hpp"
+#include "mnist_ddp/comm.hpp"
+
+namespace mnist_ddp {
+namespace {
+
+MPI_Datatype to_mpi(DType t) {
+  switch (t) {
+    case DType::F32:
+      return MPI_FLOAT;
+    case DType::F64:
+      return MPI_DOUBLE;
+    case DType::I32:
+      return MPI_INT32_T;
+    case DType::I64:
+      return MPI_INT64_T;
+    case DType::U64:
+      return MPI_UINT64_T;
+    case DType::U8:
+      return MPI_UINT8_T;
+  }
+  return MPI_DATATYPE_NULL;
+}
+
+MPI_Op to_mpi(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Sum:
+      return MPI_SUM;
+    case ReduceOp::Max:
+      return MPI_MAX;
+    case ReduceOp::Min:
+      return MPI_MIN;
+  }
+  return MPI_OP_NULL;
+}
+
+// MPI counts are int; our buffers are far below 2^31 elements, checked anyway.
+int to_count(std::size_t n) {
+  MNIST_DDP_CHECK(n <= 0x7fffffffu, "collective larger than 2^31 elements");
+  return static_cast<int>(n);
+}
+
+class MpiComm final : public Comm {
+ public:
+  MpiComm() {
+    MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank_));
+    MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &size_));
+  }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  void barrier() override { MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD)); }
+  [[noreturn]] void abort(int code) override {
+    MPI_Abort(MPI_COMM_WORLD, code);
+    std::abort();
+  }
+
+ protected:
+  void allreduce_raw(void* data, std::size_t count, DType type, ReduceOp op) override {
+    if (size_ == 1 || count == 0) return;
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, data, to_count(count), to_mpi(type), to_mpi(op),
+                            MPI_COMM_WORLD));
+  }
+  void broadcast_raw(void* data, std::size_t count, DType type, int root) override {
+    if (size_ == 1 || count == 0) return;
+    MPI_CHECK(MPI_Bcast(data, to_count(count), to_mpi(type), root, MPI_COMM_WORLD));
+  }
+  void allgather_raw(const void* send, void* recv, std::size_t count, DType type) override {
+    MPI_CHECK(MPI_Allgather(send, to_count(count), to_mpi(type), recv, to_count(count),
+                            to_mpi(type), MPI_COMM_WORLD));
+  }
+
+ private:
+  int rank_ = 0;
+  int size_ = 1;
+};
+
+}  // namespace
+
+std::unique_ptr<Comm> make_mpi_comm() {
+  return std::make_unique<MpiComm>();
+}
+
+}  // namespace mnist_ddp

@@ -1,0 +1,225 @@
+// trainer.cpp — the training loop, evaluation, metrics and progress.
+#include "mnist_ddp/trainer.hpp"
+
+#include <fmt/format.h>
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <nlohmann/json.hpp>
+
+#include "mnist_ddp/check.hpp"
+#include "mnist_ddp/ddp.hpp"
+#include "mnist_ddp/sampler.hpp"
+
+namespace mnist_ddp {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+SgdParams sgd_params(const Config& c) {
+  SgdParams p;
+  p.lr = c.lr;
+  p.momentum = c.momentum;
+  p.dampening = c.dampening;
+  p.weight_decay = c.weight_decay;
+  p.nesterov = c.nesterov;
+  return p;
+}
+
+std::string fmt_bytes(double b) {
+  if (b >= 1e9) return fmt::format("{:.2f} GB", b / 1e9);
+  if (b >= 1e6) return fmt::format("{:.1f} MB", b / 1e6);
+  return fmt::format("{:.1f} kB", b / 1e3);
+}
+
+std::string fmt_eta(double s) {
+  const auto t = static_cast<long>(std::max(0.0, s));
+  return t >= 3600 ? fmt::format("{}h{:02}m", t / 3600, (t / 60) % 60)
+                   : fmt::format("{}m{:02}s", t / 60, t % 60);
+}
+
+}  // namespace
+
+Trainer::Trainer(const Config& cfg, Comm& comm, Ops& ops, ConvNet& model, const DataSplit& data,
+                 Logger& log)
+    : cfg_(cfg),
+      comm_(comm),
+      ops_(ops),
+      model_(model),
+      data_(data),
+      log_(log),
+      sgd_(ops, model.params().size(), sgd_params(cfg)) {
+  const DistributedSampler probe(data.train.count, comm.rank(), comm.size(), cfg.shuffle, cfg.seed,
+                                 cfg.drop_last);
+  steps_per_epoch_ = (probe.num_samples() + cfg.batch_size - 1) / cfg.batch_size;
+  total_steps_ = steps_per_epoch_ * cfg.epochs;
+  if (cfg.max_steps > 0) total_steps_ = std::min(total_steps_, cfg.max_steps);
+  lr_.base_lr = cfg.lr;
+  lr_.schedule = cfg.lr_schedule;
+  lr_.step_size = cfg.lr_step_size;
+  lr_.gamma = cfg.lr_gamma;
+  lr_.warmup_steps = cfg.warmup_steps;
+  lr_.total_steps = total_steps_;
+  lr_.min_lr = cfg.min_lr;
+  const std::size_t max_batch = static_cast<std::size_t>(model.max_batch());
+  x_.resize(max_batch * kImagePixels);
+  y_.resize(max_batch);
+  dlogits_.resize(max_batch * kClasses);
+}
+
+double Trainer::step(const float* x, const std::int32_t* y, int n, Mode mode) {
+  // Collective: DDP's broadcast_buffers — rank 0's BN running statistics before each forward.
+  broadcast_buffers(comm_, model_);
+  const float* logits = model_.forward(x, n, mode);
+  // Mean loss over the local batch; averaging the gradients over ranks gives the global mean.
+  const double loss = ops_.softmax_cross_entropy(n, kClasses, logits, y, dlogits_.data(), 1.0 / n);
+  model_.backward(dlogits_.data(), nullptr);
+  average_gradients(comm_, model_);
+  last_lr_ = learning_rate(lr_, step_, epoch_);
+  sgd_.step(model_.params(), model_.grads(), last_lr_);
+  ++step_;
+  return loss;
+}
+
+EvalResult Trainer::evaluate() {
+  // Collective: evaluate the model every replica (and a checkpoint) would hold.
+  broadcast_buffers(comm_, model_);
+  const Shard shard = eval_shard(data_.test.count, comm_.rank(), comm_.size());
+  std::vector<std::int64_t> idx;
+  double acc[4] = {0, 0, 0, 0};  // loss sum, top1, top5, count
+  std::vector<float> x(static_cast<std::size_t>(cfg_.eval_batch_size) * kImagePixels);
+  std::vector<std::int32_t> y(static_cast<std::size_t>(cfg_.eval_batch_size));
+  const int chunk = std::min(cfg_.eval_batch_size, model_.max_batch());
+  for (std::int64_t b = shard.begin; b < shard.end; b += chunk) {
+    const int n = static_cast<int>(std::min<std::int64_t>(chunk, shard.end - b));
+    idx.resize(static_cast<std::size_t>(n));
+    for (int i = 0; i < n; ++i) idx[static_cast<std::size_t>(i)] = b + i;
+    gather_batch(data_.test, idx, data_.mean, data_.std, x.data(), y.data());
+    const float* logits = model_.forward(x.data(), n, Mode::Eval);
+    acc[0] += ops_.softmax_cross_entropy(n, kClasses, logits, y.data(), nullptr, 1.0);
+    acc[1] += ops_.topk_correct(n, kClasses, logits, y.data(), 1);
+    acc[2] += ops_.topk_correct(n, kClasses, logits, y.data(), 5);
+    acc[3] += n;
+  }
+  // Collective: exact totals over the disjoint shards (every test image counted once).
+  comm_.allreduce(std::span<double>(acc, 4), ReduceOp::Sum);
+  EvalResult r;
+  r.count = static_cast<std::int64_t>(acc[3]);
+  if (r.count > 0) {
+    r.loss = acc[0] / acc[3];
+    r.top1 = acc[1] / acc[3];
+    r.top5 = acc[2] / acc[3];
+  }
+  return r;
+}
+
+void Trainer::log_window(std::int64_t epoch, double elapsed) {
+  // Collective (every --log-every steps on all ranks): the global mean loss of the window.
+  double w[2] = {window_loss_, static_cast<double>(window_images_)};
+  comm_.allreduce(std::span<double>(w, 2), ReduceOp::Sum);
+  const double loss = w[1] > 0 ? w[0] / w[1] : 0.0;
+  const double ips =
+      elapsed > 0 ? static_cast<double>(step_) * cfg_.batch_size * comm_.size() / elapsed : 0;
+  const std::string line = fmt::format(
+      "epoch {} step {}/{} loss {:.4f} lr {:.5g} {:.0f} img/s comm {}", epoch + 1, step_,
+      total_steps_, loss, last_lr_, ips, fmt_bytes(static_cast<double>(comm_.payload_bytes())));
+  if (log_.live_progress()) {
+    log_.file(line);
+  } else {
+    log_.info(line);
+  }
+  log_.metrics({{"event", "train"},
+                {"step", step_},
+                {"epoch", epoch + 1},
+                {"loss", loss},
+                {"lr", last_lr_},
+                {"images_per_s", ips},
+                {"comm_bytes", comm_.payload_bytes()},
+                {"time_s", elapsed}});
+  window_loss_ = 0;
+  window_images_ = 0;
+}
+
+TrainResult Trainer::run() {
+  TrainResult res;
+  DistributedSampler sampler(data_.train.count, comm_.rank(), comm_.size(), cfg_.shuffle, cfg_.seed,
+                             cfg_.drop_last);
+  double train_seconds = 0;
+  std::int64_t images = 0;
+  auto last_progress = Clock::now();
+  for (epoch_ = 0; epoch_ < cfg_.epochs && step_ < total_steps_; ++epoch_) {
+    sampler.set_epoch(epoch_);
+    const std::vector<std::int64_t> order = sampler.indices();
+    auto t0 = Clock::now();
+    for (std::size_t b = 0; b < order.size() && step_ < total_steps_;
+         b += static_cast<std::size_t>(cfg_.batch_size)) {
+      const int n = static_cast<int>(std::min<std::size_t>(cfg_.batch_size, order.size() - b));
+      gather_batch(data_.train, std::span<const std::int64_t>(order).subspan(b, n), data_.mean,
+                   data_.std, x_.data(), y_.data());
+      const double loss = step(x_.data(), y_.data(), n);
+      window_loss_ += loss;
+      window_images_ += n;
+      images += static_cast<std::int64_t>(n) * comm_.size();
+      if (cfg_.check_replicas > 0 && step_ % cfg_.check_replicas == 0) {
+        check_replicas(comm_, model_, step_);
+      }
+      const double elapsed = train_seconds + seconds_since(t0);
+      if (log_.live_progress() && seconds_since(last_progress) > 0.2) {
+        last_progress = Clock::now();
+        const double rate = step_ / std::max(elapsed, 1e-9);
+        log_.progress(fmt::format("epoch {}/{} step {}/{} loss {:.4f} {:.0f} img/s ETA {}",
+                                  epoch_ + 1, cfg_.epochs, step_, total_steps_,
+                                  window_images_ > 0 ? window_loss_ / window_images_ : 0.0,
+                                  images / std::max(elapsed, 1e-9),
+                                  fmt_eta((total_steps_ - step_) / std::max(rate, 1e-9))));
+      }
+      if (step_ % cfg_.log_every == 0) log_window(epoch_, elapsed);
+      if (cfg_.eval_every > 0 && step_ % cfg_.eval_every == 0) {
+        train_seconds += seconds_since(t0);
+        const EvalResult e = evaluate();
+        log_.info(fmt::format("eval step {}: test loss {:.4f} top-1 {:.2f}% top-5 {:.2f}%", step_,
+                              e.loss, 100 * e.top1, 100 * e.top5));
+        log_.metrics({{"event", "eval"},
+                      {"step", step_},
+                      {"epoch", epoch_ + 1},
+                      {"test_loss", e.loss},
+                      {"top1", e.top1},
+                      {"top5", e.top5},
+                      {"count", e.count}});
+        t0 = Clock::now();
+      }
+    }
+    train_seconds += seconds_since(t0);
+    const bool epoch_done = step_ % steps_per_epoch_ == 0 || step_ == total_steps_;
+    if (window_images_ > 0) log_window(epoch_, train_seconds);
+    const EvalResult e = evaluate();
+    res.final_eval = e;
+    if (step_ % steps_per_epoch_ == 0) res.epochs_completed = static_cast<int>(epoch_ + 1);
+    log_.info(
+        fmt::format("epoch {} {}: test loss {:.4f} top-1 {:.2f}% top-5 {:.2f}% ({} images) "
+                    "| train {:.1f} s, {:.0f} img/s",
+                    epoch_ + 1, epoch_done && step_ % steps_per_epoch_ == 0 ? "done" : "stopped",
+                    e.loss, 100 * e.top1, 100 * e.top5, e.count, train_seconds,
+                    images / std::max(train_seconds, 1e-9)));
+    log_.metrics({{"event", "epoch"},
+                  {"step", step_},
+                  {"epoch", epoch_ + 1},
+                  {"test_loss", e.loss},
+                  {"top1", e.top1},
+                  {"top5", e.top5},
+                  {"count", e.count},
+                  {"train_s", train_seconds},
+                  {"images_per_s", images / std::max(train_seconds, 1e-9)},
+                  {"comm_bytes", comm_.payload_bytes()}});
+  }
+  res.steps = step_;
+  res.train_seconds = train_seconds;
+  res.images_per_second = images / std::max(train_seconds, 1e-9);
+  res.comm_bytes = comm_.payload_bytes();
+  return res;
+}
+
+}  // namespace mnist_ddp

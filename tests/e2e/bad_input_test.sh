@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# bad_input_test.sh — every bad input (data files, flags, device) under `mpirun -np 2` exits
+# non-zero within 30 s with exactly one clear message naming the file/flag.
+source "$(dirname "$0")/lib.sh"
+python3 "$REPO/data/make_fixtures.py" "$TMP/fx" || { fail "fixtures"; exit 0; }
+
+# expect_error NAME EXPECTED_SUBSTRING ARGS...
+expect_error() {
+  local name="$1" want="$2"; shift 2
+  run "$name" 60 mpirun -np 2 "$BIN" --log-dir "$TMP/log" --progress off "$@"
+  local n; n=$(grep -c "mnist_ddp: error:" "$ERR")
+  if [[ $RC -ne 0 && $RC -ne 124 && $RC -ne 137 && "$n" == 1 ]] && grep -q -- "$want" "$ERR" &&
+     (( $(echo "$SECS < 30" | bc) )); then
+    pass "$name (exit $RC in ${SECS%???????}s: $(grep -m1 'mnist_ddp: error:' "$ERR" | cut -c1-110))"
+  else
+    fail "$name: rc=$RC messages=$n secs=$SECS want '$want'" "$(show)"
+  fi
+}
+
+expect_error unknown_flag "--bogus" --bogus
+expect_error batch_zero "--batch-size" --batch-size 0
+expect_error negative_lr "--lr" --lr -1
+expect_error missing_data_dir "does not exist" --data "$TMP/nowhere"
+expect_error bad_magic "not an IDX file" --data "$TMP/fx/bad_magic"
+expect_error truncated_file "truncated" --data "$TMP/fx/truncated"
+expect_error wrong_dims "32x32, expected 28x28" --data "$TMP/fx/wrong_dims"
+expect_error count_mismatch "40 images but" --data "$TMP/fx/count_mismatch"
+expect_error label_out_of_range "label 12 at index 5" --data "$TMP/fx/label_range"
+expect_error corrupt_gzip "train-images-idx3-ubyte.gz" --data "$TMP/fx/corrupt_gz"
+expect_error missing_file "missing t10k-images-idx3-ubyte" --data "$TMP/fx/missing_file"
+expect_error swapped_files "are the images and labels files swapped" --data "$TMP/fx/swapped"
+expect_error device_cuda "built without CUDA" --data "$TMP/fx/valid" --device cuda
+touch "$TMP/afile"
+expect_error unwritable_log_dir "--log-dir" --data "$TMP/fx/valid" --log-dir "$TMP/afile/sub"
+
+# The fixture itself is fine: the same launch with the valid directory succeeds.
+run valid_fixture 120 mpirun -np 2 "$BIN" --data "$TMP/fx/valid" --log-dir "$TMP/log" --progress off --batch-size 8 --eval-batch-size 8
+if [[ $RC -eq 0 ]] && grep -q "fixture (data/make_fixtures.py)" "$OUT"; then pass "valid_fixture_trains"; else fail "valid_fixture_trains rc=$RC" "$(show)"; fi

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# train_test.sh — real training on the default dataset: 2 ranks x 1 epoch reaches the accuracy
+# bar (>= 85% Fashion-MNIST, >= 98% MNIST), writes the log and JSONL metrics; a world of one and
+# 4 oversubscribed ranks run; the replica check passes on a healthy run.
+source "$(dirname "$0")/lib.sh"
+DATA="$REPO/data/dataset"
+
+run train_2ranks 600 mpirun -np 2 "$BIN" --data "$DATA" --epochs 1 --log-dir "$TMP/log2" --progress off --check-replicas 100
+top1=$(grep -o "done: .* test top-1 [0-9.]*%" "$OUT" | grep -o "[0-9.]*%$" | tr -d %)
+bar=85
+grep -q "^mnist (" "$DATA/DATASET" && bar=98
+if [[ $RC -eq 0 && -n "$top1" ]] && (( $(echo "$top1 >= $bar" | bc) )); then
+  pass "train_2ranks_1epoch top-1 ${top1}% >= ${bar}% ($(grep -o 'at [0-9]* img/s' "$OUT"))"
+else
+  fail "train_2ranks_1epoch rc=$RC top1=$top1 bar=$bar" "$(show)"
+fi
+if grep -q "^# rank 0/2 local 0 host .* pid [0-9]* device cpu$" "$OUT" && grep -q "^# rank 1/2 local 1 " "$OUT"; then
+  pass "identity_line_per_rank"
+else
+  fail "identity_line_per_rank" "$(show)"
+fi
+if grep -q "data: $(head -1 "$DATA/DATASET" | cut -c1-20)" "$OUT" && [[ -s "$TMP/log2/mnist_train.log" ]] &&
+   grep -q "done:" "$TMP/log2/mnist_train.log"; then
+  pass "log_names_dataset_and_file_log_written"
+else
+  fail "log_names_dataset_and_file_log_written" "$(show)"
+fi
+if python3 - "$TMP/log2/metrics.jsonl" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+ev = {r["event"] for r in rows}
+assert {"train", "epoch", "done"} <= ev, ev
+t = [r for r in rows if r["event"] == "train"]
+assert all(k in t[0] for k in ("step", "epoch", "loss", "lr", "images_per_s", "comm_bytes")), t[0]
+assert t[-1]["comm_bytes"] > t[0]["comm_bytes"] > 0
+e = [r for r in rows if r["event"] == "epoch"][-1]
+assert e["count"] == 10000, e
+PY
+then pass "metrics_jsonl_schema"; else fail "metrics_jsonl_schema" "$(head -3 "$TMP/log2/metrics.jsonl")"; fi
+
+run train_single 300 "$BIN" --data "$DATA" --epochs 1 --max-steps 30 --log-dir "$TMP/log1" --progress off
+if [[ $RC -eq 0 ]] && grep -q "1 rank(s)" "$OUT" && grep -q "done: 30 steps" "$OUT"; then pass "single_process_world_of_one"; else fail "single_process rc=$RC" "$(show)"; fi
+
+run train_4ranks 300 mpirun -np 4 --oversubscribe "$BIN" --data "$DATA" --epochs 1 --max-steps 20 --log-dir "$TMP/log4" --progress off --check-replicas 5
+if [[ $RC -eq 0 ]] && grep -q "4 rank(s)" "$OUT" && grep -q "(10000 images)" "$OUT"; then pass "four_ranks_oversubscribed"; else fail "four_ranks rc=$RC" "$(show)"; fi

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# run_tests.sh — the whole suite (`make test`): GoogleTest unit tests, the MPI tests under
+# mpirun -np 2 and -np 4 --oversubscribe, and the end-to-end shell tests. Prints each failure
+# and ends with "N passed, M failed".
+set -uo pipefail
+cd "$(dirname "$0")/.."
+source tests/mpi_env.sh
+passed=0
+failed=0
+failures=()
+LOG="$(mktemp -d /tmp/mnist_ddp_tests.XXXXXX)"
+
+# gtest SUITE CMD...: counts GoogleTest's per-test lines.
+gtest() {
+  local name="$1"; shift
+  echo "== $name: $*"
+  timeout --kill-after=10 300 "$@" --gtest_color=no >"$LOG/$name.log" 2>&1
+  local rc=$?
+  local ok bad
+  ok=$(grep -c "^\[       OK \]" "$LOG/$name.log")
+  bad=$(grep -c "^\[  FAILED  \] .*(.*ms)" "$LOG/$name.log")
+  grep -E "^\[  (SKIPPED|FAILED) \] .*\(" "$LOG/$name.log" | sed 's/^/   /'
+  grep -E "^max " "$LOG/$name.log" | sed 's/^/   /'
+  passed=$((passed + ok)); failed=$((failed + bad))
+  if [[ $rc -ne 0 && $bad -eq 0 ]]; then
+    failed=$((failed + 1)); failures+=("$name exited $rc"); tail -30 "$LOG/$name.log"
+  fi
+  ((bad > 0)) && failures+=("$name: $bad failed") && grep -B5 -A15 "Failure" "$LOG/$name.log" | head -60
+  echo "   $ok passed, $bad failed"
+}
+
+# shell TEST_SCRIPT: counts ok / not ok lines.
+shell() {
+  local name; name=$(basename "$1" .sh)
+  echo "== $name"
+  bash "$1" >"$LOG/$name.log" 2>&1
+  local ok bad
+  ok=$(grep -c "^ok - " "$LOG/$name.log")
+  bad=$(grep -c "^not ok - " "$LOG/$name.log")
+  sed 's/^/   /' "$LOG/$name.log"
+  passed=$((passed + ok)); failed=$((failed + bad))
+  if ((ok + bad == 0)); then failed=$((failed + 1)); failures+=("$name ran nothing"); fi
+  ((bad > 0)) && failures+=("$name: $bad failed")
+}
+
+gtest unit build/tests/unit_tests
+gtest mpi_np2 mpirun -np 2 build/tests/mpi_tests
+gtest mpi_np4 mpirun -np 4 --oversubscribe build/tests/mpi_tests
+for t in tests/e2e/*_test.sh; do shell "$t"; done
+
+echo
+if ((${#failures[@]})); then printf 'FAILED: %s\n' "${failures[@]}"; fi
+echo "logs: $LOG"
+echo "$passed passed, $failed failed"
+((failed == 0))

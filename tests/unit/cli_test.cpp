@@ -1,0 +1,89 @@
+// cli_test.cpp — the command line: defaults, rejections that name the flag, and the README
+// documenting every flag the parser knows (so usage text cannot drift from the docs).
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "mnist_ddp/check.hpp"
+#include "mnist_ddp/cli.hpp"
+
+namespace mnist_ddp {
+namespace {
+
+std::string parse_error(std::vector<std::string> args) {
+  args.insert(args.begin(), "mnist_ddp");
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  Config c;
+  try {
+    parse_cli(static_cast<int>(argv.size()), argv.data(), c, false);
+  } catch (const UserError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+Config parse_ok(std::vector<std::string> args) {
+  args.insert(args.begin(), "mnist_ddp");
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  Config c;
+  EXPECT_EQ(parse_cli(static_cast<int>(argv.size()), argv.data(), c, false), ParseOutcome::Run);
+  return c;
+}
+
+TEST(Cli, Defaults) {
+  const Config c = parse_ok({});
+  EXPECT_EQ(c.batch_size, 100);
+  EXPECT_EQ(c.device, DeviceChoice::Auto);
+  EXPECT_EQ(c.log_dir, "logging");
+  EXPECT_TRUE(c.shuffle);
+}
+
+TEST(Cli, ParsesValues) {
+  const Config c = parse_ok({"--epochs", "3", "--lr", "0.1", "--device", "cpu", "--nesterov",
+                             "--lr-schedule", "cosine", "--no-shuffle", "--drop-last"});
+  EXPECT_EQ(c.epochs, 3);
+  EXPECT_DOUBLE_EQ(c.lr, 0.1);
+  EXPECT_EQ(c.device, DeviceChoice::Cpu);
+  EXPECT_TRUE(c.nesterov);
+  EXPECT_EQ(c.lr_schedule, LrSchedule::Cosine);
+  EXPECT_FALSE(c.shuffle);
+  EXPECT_TRUE(c.drop_last);
+}
+
+TEST(Cli, RejectionsNameTheFlag) {
+  EXPECT_NE(parse_error({"--bogus"}).find("--bogus"), std::string::npos);
+  EXPECT_NE(parse_error({"--batch-size", "0"}).find("--batch-size"), std::string::npos);
+  EXPECT_NE(parse_error({"--lr", "-1"}).find("--lr"), std::string::npos);
+  EXPECT_NE(parse_error({"--device", "tpu"}).find("--device"), std::string::npos);
+  EXPECT_NE(parse_error({"--epochs", "x"}).find("--epochs"), std::string::npos);
+  EXPECT_NE(parse_error({"--nesterov", "--momentum", "0"}).find("--nesterov"), std::string::npos);
+  EXPECT_NE(parse_error({"--bogus"}).find("--help"), std::string::npos);
+}
+
+TEST(Cli, ReadmeDocumentsEveryFlag) {
+  std::ifstream f("README.md");
+  ASSERT_TRUE(f) << "run from the repository root";
+  std::stringstream ss;
+  ss << f.rdbuf();
+  const std::string readme = ss.str();
+  const std::string help = help_text();
+  // Option lines of the help table: "  --name ..." or "  -h,--help ...".
+  const std::regex flag("\\n  (?:-[a-z],)?(--[a-z][a-z0-9-]+)");
+  int n = 0;
+  for (std::sregex_iterator it(help.begin(), help.end(), flag), end; it != end; ++it) {
+    const std::string name = (*it)[1];
+    ++n;
+    EXPECT_NE(readme.find("`" + name), std::string::npos)
+        << name << " is not documented in README.md";
+  }
+  EXPECT_GT(n, 20);
+}
+
+}  // namespace
+}  // namespace mnist_ddp

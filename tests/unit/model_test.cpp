@@ -1,0 +1,148 @@
+// model_test.cpp — the ConvNet's PyTorch parameter names/shapes, default init, and its full
+// backward against finite differences of the whole network (float, frozen and training BN).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <vector>
+
+#include "mnist_ddp/model.hpp"
+#include "mnist_ddp/ops.hpp"
+#include "mnist_ddp/rng.hpp"
+
+namespace mnist_ddp {
+namespace {
+
+TEST(ConvNet, PyTorchStateDictNamesAndShapes) {
+  auto ops = make_cpu_ops();
+  ConvNet m(*ops, 2);
+  const std::vector<std::pair<std::string, std::vector<int>>> want = {
+      {"layer1.0.weight", {16, 1, 5, 5}},  {"layer1.0.bias", {16}},
+      {"layer1.1.weight", {16}},           {"layer1.1.bias", {16}},
+      {"layer2.0.weight", {32, 16, 5, 5}}, {"layer2.0.bias", {32}},
+      {"layer2.1.weight", {32}},           {"layer2.1.bias", {32}},
+      {"fc.weight", {10, 1568}},           {"fc.bias", {10}}};
+  ASSERT_EQ(m.param_entries().size(), want.size());
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    EXPECT_EQ(m.param_entries()[i].name, want[i].first);
+    EXPECT_EQ(m.param_entries()[i].shape, want[i].second);
+  }
+  EXPECT_EQ(m.params().size(), 29034u);  // sum(p.numel() for p in ConvNet().parameters())
+  EXPECT_EQ(m.buffers().size(), 96u);
+  // Layer ranges tile the arena in order: layer1, layer2, fc.
+  EXPECT_EQ(m.layer_range(0).first, 0u);
+  EXPECT_EQ(m.layer_range(1).first, m.layer_range(0).second);
+  EXPECT_EQ(m.layer_range(2).first + m.layer_range(2).second, m.params().size());
+}
+
+TEST(ConvNet, DefaultInitBoundsAndDeterminism) {
+  auto ops = make_cpu_ops();
+  ConvNet a(*ops, 2), b(*ops, 2);
+  a.init(9);
+  b.init(9);
+  EXPECT_TRUE(std::equal(a.params().begin(), a.params().end(), b.params().begin()));
+  for (const auto& e : a.param_entries()) {
+    const float* p = a.params().data() + e.offset;
+    if (e.name.find(".1.") != std::string::npos) {
+      for (std::size_t i = 0; i < e.numel; ++i)
+        EXPECT_EQ(p[i], e.name.ends_with("weight") ? 1.f : 0.f);
+      continue;
+    }
+    const double fan_in = e.name.starts_with("layer1")   ? 25
+                          : e.name.starts_with("layer2") ? 400
+                                                         : 1568;
+    const double bound = 1 / std::sqrt(fan_in);
+    double mx = 0;
+    for (std::size_t i = 0; i < e.numel; ++i) mx = std::max(mx, std::abs(double(p[i])));
+    EXPECT_LE(mx, bound) << e.name;
+    if (e.numel > 100) EXPECT_GT(mx, 0.9 * bound) << e.name;  // fills the range
+  }
+  b.init(10);
+  EXPECT_FALSE(std::equal(a.params().begin(), a.params().end(), b.params().begin()));
+}
+
+// The whole network against PyTorch itself (tests/pytorch_oracle.py, float64): same weights,
+// batch and mode must give the same loss, logits, every parameter gradient and the updated BN
+// running statistics. Skips when Debian's python3-torch is not installed.
+void check_against_pytorch(Mode mode) {
+  if (std::system("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1") != 0) {
+    GTEST_SKIP() << "python3-torch not installed (make deps installs it)";
+  }
+  auto ops = make_cpu_ops();
+  const int n = 6;
+  ConvNet m(*ops, n);
+  m.init(3);
+  auto buf = m.buffers();
+  for (std::size_t i = 0; i < buf.size(); ++i) buf[i] = (i % 2 ? 1.5f : 0.05f) + 0.01f * (i % 7);
+  SplitMix64 r(4);
+  std::vector<float> x(n * 784);
+  for (auto& v : x) v = r.uniform(-1, 2);
+  const std::vector<std::int32_t> y = {1, 7, 3, 0, 9, 3};
+  const std::string in = ::testing::TempDir() + "oracle_in.bin";
+  const std::string out = ::testing::TempDir() + "oracle_out.bin";
+  {
+    std::ofstream f(in, std::ios::binary);
+    const std::int32_t hdr[2] = {n, mode == Mode::Train ? 1 : 0};
+    f.write(reinterpret_cast<const char*>(hdr), sizeof hdr);
+    f.write(reinterpret_cast<const char*>(m.params().data()), m.params().size_bytes());
+    f.write(reinterpret_cast<const char*>(m.buffers().data()), m.buffers().size_bytes());
+    f.write(reinterpret_cast<const char*>(x.data()), x.size() * 4);
+    f.write(reinterpret_cast<const char*>(y.data()), y.size() * 4);
+  }
+  ASSERT_EQ(std::system(("/usr/bin/python3 tests/pytorch_oracle.py " + in + " " + out).c_str()), 0);
+  std::vector<double> ref(1 + n * 10 + m.params().size() + m.buffers().size());
+  std::ifstream(out, std::ios::binary).read(reinterpret_cast<char*>(ref.data()), ref.size() * 8);
+
+  std::vector<float> dl(n * 10);
+  const float* logits = m.forward(x.data(), n, mode);
+  const double loss = ops->softmax_cross_entropy(n, 10, logits, y.data(), dl.data(), 1.0 / n) / n;
+  EXPECT_NEAR(loss, ref[0], 1e-5);
+  for (int i = 0; i < n * 10; ++i) EXPECT_NEAR(logits[i], ref[1 + i], 1e-4) << "logit " << i;
+  std::vector<int> ready;
+  m.backward(dl.data(), [&](int layer) { ready.push_back(layer); });
+  EXPECT_EQ(ready, (std::vector<int>{2, 1, 0}));
+  const double* g = ref.data() + 1 + n * 10;
+  double worst = 0;
+  for (const auto& e : m.param_entries()) {
+    double scale = 1e-3;
+    for (std::size_t k = 0; k < e.numel; ++k) scale = std::max(scale, std::abs(g[e.offset + k]));
+    for (std::size_t k = 0; k < e.numel; ++k) {
+      const double err = std::abs(m.grads()[e.offset + k] - g[e.offset + k]) / scale;
+      worst = std::max(worst, err);
+      EXPECT_LT(err, 1e-3) << e.name << "[" << k << "] ours " << m.grads()[e.offset + k]
+                           << " torch " << g[e.offset + k];
+    }
+  }
+  std::printf("max gradient error relative to each tensor's largest gradient: %.2e\n", worst);
+  const double* rb = g + m.params().size();
+  for (std::size_t i = 0; i < m.buffers().size(); ++i)
+    EXPECT_NEAR(m.buffers()[i], rb[i], 1e-5) << i;
+}
+
+TEST(ConvNet, MatchesPyTorchTrainBn) {
+  check_against_pytorch(Mode::Train);
+}
+TEST(ConvNet, MatchesPyTorchFrozenBn) {
+  check_against_pytorch(Mode::Frozen);
+}
+
+TEST(ConvNet, TrainForwardUpdatesRunningStatsEvalDoesNot) {
+  auto ops = make_cpu_ops();
+  ConvNet m(*ops, 2);
+  m.init(1);
+  std::vector<float> x(2 * 784, 0.5f);
+  x[100] = 3.f;
+  const std::vector<float> before(m.buffers().begin(), m.buffers().end());
+  m.forward(x.data(), 2, Mode::Eval);
+  EXPECT_TRUE(std::equal(before.begin(), before.end(), m.buffers().begin()));
+  EXPECT_EQ(m.num_batches_tracked()[0], 0);
+  m.forward(x.data(), 2, Mode::Train);
+  EXPECT_FALSE(std::equal(before.begin(), before.end(), m.buffers().begin()));
+  EXPECT_EQ(m.num_batches_tracked()[0], 1);
+  EXPECT_EQ(m.num_batches_tracked()[1], 1);
+}
+
+}  // namespace
+}  // namespace mnist_ddp

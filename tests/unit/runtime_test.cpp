@@ -1,0 +1,92 @@
+// runtime_test.cpp — rank/local-rank derivation and the launcher cross-checks, with hand-made
+// environments for mpirun, srun with and without PMIx, and no launcher.
+#include <gtest/gtest.h>
+
+#include "mnist_ddp/check.hpp"
+#include "mnist_ddp/runtime.hpp"
+
+namespace mnist_ddp {
+namespace {
+
+MpiLocality loc(int lr, int ls) {
+  MpiLocality m;
+  m.local_rank = lr;
+  m.local_size = ls;
+  return m;
+}
+
+std::string error_of(int rank, int world, const EnvMap& env) {
+  try {
+    derive_identity(rank, world, loc(0, 1), env, "h", 1);
+  } catch (const UserError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Runtime, NoLauncherIsWorldOfOne) {
+  const Identity id = derive_identity(0, 1, loc(0, 1), {}, "host", 42);
+  EXPECT_EQ(id.world, 1);
+  EXPECT_EQ(id.launcher, "none");
+  EXPECT_EQ(id.local_rank, 0);
+  EXPECT_EQ(id.pid, 42);
+}
+
+TEST(Runtime, MpirunAgreesAndGivesLocalRank) {
+  const EnvMap env = {{"OMPI_COMM_WORLD_RANK", "5"},
+                      {"OMPI_COMM_WORLD_SIZE", "8"},
+                      {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
+                      // Inside an allocation these describe the mpirun step, not the rank:
+                      {"SLURM_PROCID", "0"},
+                      {"SLURM_NTASKS", "1"},
+                      {"SLURM_LOCALID", "0"}};
+  const Identity id = derive_identity(5, 8, loc(1, 4), env, "h", 1);
+  EXPECT_EQ(id.launcher, "mpirun");
+  EXPECT_EQ(id.local_rank, 1);
+  EXPECT_EQ(id.local_size, 4);
+}
+
+TEST(Runtime, SrunWithPmixUsesSlurmLocalId) {
+  const EnvMap env = {
+      {"SLURM_PROCID", "3"}, {"SLURM_NTASKS", "4"}, {"SLURM_LOCALID", "1"}, {"PMIX_RANK", "3"}};
+  const Identity id = derive_identity(3, 4, loc(1, 2), env, "h", 1);
+  EXPECT_EQ(id.launcher, "srun");
+  EXPECT_EQ(id.local_rank, 1);
+}
+
+TEST(Runtime, SrunWithoutMpiBootstrapIsExplained) {
+  // Classic: srun --mpi=none -> every task is rank 0 of a world of 1.
+  const std::string m = error_of(0, 1, {{"SLURM_PROCID", "1"}, {"SLURM_NTASKS", "2"}});
+  EXPECT_NE(m.find("SLURM_PROCID=1 of 2"), std::string::npos) << m;
+  EXPECT_NE(m.find("--mpi=pmix"), std::string::npos) << m;
+  // Task 0 of such a launch also sees the wrong world size.
+  EXPECT_NE(error_of(0, 1, {{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}}).find("world of 1"),
+            std::string::npos);
+}
+
+TEST(Runtime, StepTaskCountWinsOverAllocation) {
+  // salloc -n4 then srun -n2: SLURM_NTASKS=4 (allocation) but the step has 2 tasks.
+  const EnvMap env = {{"SLURM_PROCID", "1"}, {"SLURM_NTASKS", "4"}, {"SLURM_STEP_NUM_TASKS", "2"}};
+  EXPECT_EQ(derive_identity(1, 2, loc(1, 2), env, "h", 1).launcher, "srun");
+}
+
+TEST(Runtime, OmpiMismatchIsExplained) {
+  const std::string m =
+      error_of(0, 1, {{"OMPI_COMM_WORLD_RANK", "2"}, {"OMPI_COMM_WORLD_SIZE", "4"}});
+  EXPECT_NE(m.find("OMPI_COMM_WORLD_RANK/SIZE = 2/4"), std::string::npos) << m;
+  EXPECT_NE(m.find("different MPI"), std::string::npos) << m;
+}
+
+TEST(Runtime, PmixMismatchIsExplained) {
+  const std::string m = error_of(1, 2, {{"PMIX_RANK", "0"}});
+  EXPECT_NE(m.find("PMIX_RANK=0"), std::string::npos) << m;
+}
+
+TEST(Runtime, SplitTypeIsTheFallbackForLocalRank) {
+  const Identity id = derive_identity(3, 4, loc(1, 2), {}, "h", 1);
+  EXPECT_EQ(id.local_rank, 1);
+  EXPECT_FALSE(id.derivation.empty());
+}
+
+}  // namespace
+}  // namespace mnist_ddp

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# install-deps.sh — installs the Debian packages mnist_ddp needs to build, test and benchmark,
+# only those that are missing (idempotent; `make deps` calls it).
+set -euo pipefail
+
+PACKAGES=(
+  g++ make pkg-config
+  openmpi-bin libopenmpi-dev            # MPI
+  libopenblas-dev                       # GEMM for the CPU convolutions
+  zlib1g-dev                            # .gz IDX files
+  libcli11-dev libfmt-dev libspdlog-dev nlohmann-json3-dev
+  libhdf5-dev hdf5-tools                # checkpoints
+  libgtest-dev libbenchmark-dev         # tests, benchmarks
+  dataset-fashion-mnist                 # default dataset when MNIST cannot be downloaded
+  python3-torch python3-h5py python3-numpy  # PyTorch DDP baseline and the export tool
+  procps util-linux                     # ps/pgrep, timeout/setsid in the tests
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  if [[ "$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)" != "install ok installed" ]]; then
+    missing+=("$p")
+  fi
+done
+if ((${#missing[@]} == 0)); then
+  exit 0
+fi
+echo "install-deps: installing ${missing[*]}"
+SUDO=""
+if [[ $(id -u) -ne 0 ]]; then
+  if command -v sudo >/dev/null; then SUDO=sudo; else
+    echo "install-deps: not root and no sudo; ask an admin to install: ${missing[*]}" >&2
+    exit 1
+  fi
+fi
+export DEBIAN_FRONTEND=noninteractive
+# Package lists may be empty on a fresh machine: update once, then install.
+if ! $SUDO apt-get install -y --no-install-recommends "${missing[@]}" >/tmp/mnist_ddp-apt.log 2>&1; then
+  $SUDO apt-get update >>/tmp/mnist_ddp-apt.log 2>&1
+  if ! $SUDO apt-get install -y --no-install-recommends "${missing[@]}" >>/tmp/mnist_ddp-apt.log 2>&1; then
+    tail -20 /tmp/mnist_ddp-apt.log >&2
+    echo "install-deps: apt-get install failed (full log: /tmp/mnist_ddp-apt.log)" >&2
+    exit 1
+  fi
+fi
+echo "install-deps: done"
