@@ -1,6 +1,6 @@
 # Makefile — builds ./mnist_ddp (objects under build/), the GoogleTest suites and the Google
 # Benchmark microbenchmarks. Knobs for a cluster's modulefiles: MPICXX or MPI_HOME, OPENBLAS_HOME,
-# HDF5_HOME, CUDA_HOME, USE_CUDA, ARCH_FLAGS. `make help` lists the targets.
+# DNNL_HOME, HDF5_HOME, CUDA_HOME, USE_CUDA, ARCH_FLAGS. `make help` lists the targets.
 SHELL := /bin/bash
 .DEFAULT_GOAL := all
 
@@ -22,6 +22,15 @@ BLAS_LIBS := -L$(OPENBLAS_HOME)/lib -Wl,-rpath,$(OPENBLAS_HOME)/lib -lopenblas
 else
 BLAS_CFLAGS :=
 BLAS_LIBS := -lopenblas
+endif
+
+DNNL_HOME ?=
+ifneq ($(DNNL_HOME),)
+DNNL_CFLAGS := -I$(DNNL_HOME)/include
+DNNL_LIBS := -L$(DNNL_HOME)/lib -Wl,-rpath,$(DNNL_HOME)/lib -ldnnl
+else
+DNNL_CFLAGS :=
+DNNL_LIBS := -ldnnl
 endif
 
 HDF5_HOME ?=
@@ -47,8 +56,8 @@ SPDLOG_LIBS := $(shell pkg-config --libs spdlog 2>/dev/null || echo -lspdlog -lf
 ARCH_FLAGS ?= -march=native
 CXXFLAGS ?= -O3 -g
 CXXFLAGS += -std=c++20 $(ARCH_FLAGS) -fopenmp-simd -Wall -Wextra -Wno-unused-parameter -pthread
-CPPFLAGS += -DOMPI_SKIP_MPICXX=1 -DMPICH_SKIP_MPICXX=1 -Iinclude $(BLAS_CFLAGS) $(SPDLOG_CFLAGS) -MMD -MP
-LDLIBS += $(BLAS_LIBS) $(SPDLOG_LIBS) -lz -pthread
+CPPFLAGS += -DOMPI_SKIP_MPICXX=1 -DMPICH_SKIP_MPICXX=1 -Iinclude $(BLAS_CFLAGS) $(DNNL_CFLAGS) $(SPDLOG_CFLAGS) -MMD -MP
+LDLIBS += $(DNNL_LIBS) $(BLAS_LIBS) $(SPDLOG_LIBS) -lz -lgomp -pthread
 
 BUILD := build
 # ---- sources -----------------------------------------------------------------------------------
@@ -73,6 +82,7 @@ summary:
 	@echo "mnist_ddp build configuration"
 	@echo "  MPI     : $(MPICXX) -> $$($(MPICXX) --showme:version 2>/dev/null || $(MPICXX) -show 2>/dev/null | head -c 60 || echo 'NOT FOUND (make deps)')"
 	@echo "  BLAS    : OpenBLAS $(if $(OPENBLAS_HOME),in $(OPENBLAS_HOME),(system)) $$(test -n '$(OPENBLAS_HOME)' || (ldconfig -p | grep -q libopenblas && echo found || echo 'NOT FOUND (make deps)'))"
+	@echo "  oneDNN  : $(if $(DNNL_HOME),in $(DNNL_HOME),(system)) $$(test -n '$(DNNL_HOME)' || (ldconfig -p | grep -q libdnnl && echo found || echo 'NOT FOUND (make deps)'))"
 	@echo "  HDF5    : $(HDF5_FOUND) (checkpoints; used from the checkpoint issue on)"
 	@echo "  CUDA    : nvcc $(NVCC_FOUND) at $(CUDA_HOME); backend built: no (USE_CUDA=$(USE_CUDA))"
 	@echo "  flags   : $(CXXFLAGS)"

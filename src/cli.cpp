@@ -36,6 +36,7 @@ const CLI::Validator kNonNegative(
 struct EnumText {
   std::string lr_schedule = "constant";
   std::string device = "auto";
+  std::string cpu_kernels = "onednn";
   std::string progress = "auto";
 };
 
@@ -77,6 +78,9 @@ void build(CLI::App& app, Config& c, EnumText& t) {
   app.add_flag("!--no-shuffle", c.shuffle, "visit training images in file order");
   app.add_option("--device", t.device, "cpu | cuda | auto (cuda when a GPU is visible)")
       ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
+  app.add_option("--cpu-kernels", t.cpu_kernels,
+                 "CPU backend: onednn (fast) | reference (im2col + OpenBLAS, the test oracle)")
+      ->check(CLI::IsMember({"onednn", "reference"}));
   app.add_option("--threads", c.threads,
                  "BLAS threads per rank (0: usable cores / ranks on this node)")
       ->check(CLI::Range(0, 1024));
@@ -126,6 +130,7 @@ ParseOutcome parse_cli(int argc, char** argv, Config& cfg, bool print) {
       {"auto", Progress::Auto}, {"on", Progress::On}, {"off", Progress::Off}};
   cfg.lr_schedule = schedules.at(text.lr_schedule);
   cfg.device = devices.at(text.device);
+  cfg.cpu_kernels = text.cpu_kernels == "onednn" ? CpuKernels::OneDnn : CpuKernels::Reference;
   cfg.progress = progress.at(text.progress);
   if (cfg.nesterov && (cfg.momentum <= 0 || cfg.dampening != 0)) {
     throw UserError("--nesterov needs --momentum > 0 and --dampening 0 (as torch.optim.SGD)");
@@ -148,11 +153,13 @@ std::string describe(const Config& c) {
       "data={} epochs={} max_steps={} batch_size={} eval_batch_size={} lr={} momentum={} "
       "dampening={} weight_decay={} nesterov={} lr_schedule={} lr_step_size={} lr_gamma={} "
       "warmup_steps={} min_lr={} seed={} eval_every={} drop_last={} shuffle={} device={} "
-      "threads={} log_every={} check_replicas={}",
+      "cpu_kernels={} threads={} log_every={} check_replicas={}",
       c.data_dir, c.epochs, c.max_steps, c.batch_size, c.eval_batch_size, c.lr, c.momentum,
       c.dampening, c.weight_decay, c.nesterov, kSched[static_cast<int>(c.lr_schedule)],
       c.lr_step_size, c.lr_gamma, c.warmup_steps, c.min_lr, c.seed, c.eval_every, c.drop_last,
-      c.shuffle, kDev[static_cast<int>(c.device)], c.threads, c.log_every, c.check_replicas);
+      c.shuffle, kDev[static_cast<int>(c.device)],
+      c.cpu_kernels == CpuKernels::OneDnn ? "onednn" : "reference", c.threads, c.log_every,
+      c.check_replicas);
 }
 
 }  // namespace mnist_ddp

@@ -64,7 +64,7 @@ int run(int argc, char** argv, int rank, int world, const MpiLocality& locality,
   std::printf("# rank %d/%d local %d host %s pid %ld device %s\n", rank, world, id.local_rank,
               host.c_str(), id.pid, to_string(device));
   std::fflush(stdout);
-  set_blas_threads(threads);
+  set_compute_threads(threads);
 
   std::unique_ptr<Logger> log;
   run_agreed(*comm, [&] {
@@ -78,14 +78,19 @@ int run(int argc, char** argv, int rank, int world, const MpiLocality& locality,
 
   DataSplit data;
   run_agreed(*comm, [&] { data = load_data_dir(cfg.data_dir); });
-  log->info(fmt::format("mnist_ddp {}: {} rank(s) on {} node(s), device {}, {} BLAS thread(s)/rank",
-                        kVersion, world, id.num_nodes, to_string(device), threads));
+  const char* kernels = device == Device::Cuda                  ? "cuDNN"
+                        : cfg.cpu_kernels == CpuKernels::OneDnn ? "oneDNN"
+                                                                : "reference";
+  log->info(
+      fmt::format("mnist_ddp {}: {} rank(s) on {} node(s), device {} ({} kernels), {} "
+                  "thread(s)/rank",
+                  kVersion, world, id.num_nodes, to_string(device), kernels, threads));
   log->info(fmt::format(
       "data: {} from {} ({} train, {} test, labels crc32 {:08x}, mean {:.4f} "
       "std {:.4f})",
       data.name, data.dir, data.train.count, data.test.count, data.crc32, data.mean, data.std));
 
-  std::unique_ptr<Ops> ops = make_ops(device);
+  std::unique_ptr<Ops> ops = make_ops(device, cfg.cpu_kernels);
   const int max_batch = std::max(cfg.batch_size, cfg.eval_batch_size);
   ConvNet model(*ops, max_batch);
   if (rank == 0) model.init(cfg.seed);

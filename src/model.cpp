@@ -153,7 +153,6 @@ const float* ConvNet::forward(const float* x, int n, Mode mode) {
     ConvGeom g = b.geom;
     g.n = n;
     const int k = g.k, h = g.out_h(), w = g.out_w();
-    const std::size_t m = static_cast<std::size_t>(n) * h * w;
     const std::string pre = b.prefix;
     ops_.conv2d_forward(g, in, param((pre + ".0.weight").c_str()), param((pre + ".0.bias").c_str()),
                         b.conv_out.data());
@@ -162,7 +161,7 @@ const float* ConvNet::forward(const float* x, int n, Mode mode) {
     float* rm = buffer((pre + ".1.running_mean").c_str());
     float* rv = buffer((pre + ".1.running_var").c_str());
     if (mode == Mode::Train) {
-      ops_.batchnorm_stats(k, m, b.conv_out.data(), kBnEps, kBnMomentum, b.mean.data(),
+      ops_.batchnorm_stats(k, n, h * w, b.conv_out.data(), kBnEps, kBnMomentum, b.mean.data(),
                            b.invstd.data(), rm, rv);
       num_batches_tracked_[bi] += 1;
     } else {
@@ -172,8 +171,8 @@ const float* ConvNet::forward(const float* x, int n, Mode mode) {
                               b.invstd.data(), b.pooled.data(), b.argmax);
     in = b.pooled.data();
   }
-  // Flatten in PyTorch's order: [32][N][49] -> [N][32*49].
-  ops_.cnhw_to_nchw(32, n, 49, in, flat_.data());
+  // Flatten in PyTorch's order: activation layout -> [N][32*49].
+  ops_.to_fc_rows(32, n, 49, in, flat_.data());
   ops_.linear_forward(n, kFcIn, 10, flat_.data(), param("fc.weight"), param("fc.bias"),
                       logits_.data());
   return logits_.data();
@@ -186,7 +185,7 @@ void ConvNet::backward(const float* dlogits, const std::function<void(int layer)
                        grad("fc.weight"), grad("fc.bias"));
   if (on_ready) on_ready(2);
   // Unflatten the gradient into block 2's pooled layout.
-  ops_.nchw_to_cnhw(32, n, 49, dflat_.data(), blocks_[1].d_pooled.data());
+  ops_.from_fc_rows(32, n, 49, dflat_.data(), blocks_[1].d_pooled.data());
   for (int bi = static_cast<int>(blocks_.size()) - 1; bi >= 0; --bi) {
     Block& b = blocks_[static_cast<std::size_t>(bi)];
     ConvGeom g = b.geom;

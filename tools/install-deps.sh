@@ -6,7 +6,8 @@ set -euo pipefail
 PACKAGES=(
   g++ make pkg-config
   openmpi-bin libopenmpi-dev            # MPI
-  libopenblas-dev                       # GEMM for the CPU convolutions
+  libopenblas-dev                       # GEMM (fc layer, reference convolutions)
+  libdnnl-dev                           # oneDNN convolutions (default CPU backend)
   zlib1g-dev                            # .gz IDX files
   libcli11-dev libfmt-dev libspdlog-dev nlohmann-json3-dev
   libhdf5-dev hdf5-tools                # checkpoints

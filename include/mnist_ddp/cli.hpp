@@ -33,6 +33,7 @@ struct Config {
   bool drop_last = false;
   bool shuffle = true;
   DeviceChoice device = DeviceChoice::Auto;
+  CpuKernels cpu_kernels = CpuKernels::OneDnn;
   int threads = 1;  // BLAS threads per rank; 0: usable cores / ranks on this node
   std::string log_dir = "logging";
   std::int64_t log_every = 50;

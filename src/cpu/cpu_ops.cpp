@@ -249,11 +249,63 @@ void batchnorm_forward_train(int c, std::size_t m, const T* x, const T* gamma, c
   }
 }
 
+// Row kernels of the fused BN->ReLU->pool op. They are written so GCC/Clang vectorise them:
+// __restrict rows, every load unconditional, selects on floating-point values only (the window
+// index is carried as a T in 0..3).
+
+// One output row: y[j] = relu(max of the 2x2 window j of BN(x)), idx[j] = first argmax (0..3).
+template <class T>
+void pool_row_forward(int ow, const T* __restrict r0, const T* __restrict r1, T scale, T shift,
+                      T* __restrict y, T* __restrict idx) {
+  for (int j = 0; j < ow; ++j) {
+    const T a = r0[2 * j] * scale + shift, b = r0[2 * j + 1] * scale + shift;
+    const T c = r1[2 * j] * scale + shift, d = r1[2 * j + 1] * scale + shift;
+    // First maximum in row-major order wins ties (PyTorch's rule).
+    const T m01 = b > a ? b : a, m23 = d > c ? d : c;
+    const T i01 = b > a ? T(1) : T(0), i23 = d > c ? T(3) : T(2);
+    idx[j] = m23 > m01 ? i23 : i01;
+    const T best = m23 > m01 ? m23 : m01;
+    y[j] = best > T(0) ? best : T(0);
+  }
+}
+
+// Per output: g = dy where the ReLU passed, and g * (x[argmax] - mean) for the BN reductions.
+template <class T>
+void pool_row_sums(int ow, const T* __restrict r0, const T* __restrict r1, const T* __restrict y,
+                   const T* __restrict dy, const std::uint8_t* __restrict arg, T mean,
+                   T* __restrict tg, T* __restrict tx) {
+  for (int j = 0; j < ow; ++j) {
+    const T dv = dy[j], yv = y[j], a = arg[j];
+    const T x0 = r0[2 * j], x1 = r0[2 * j + 1], x2 = r1[2 * j], x3 = r1[2 * j + 1];
+    const T g = yv > T(0) ? dv : T(0);
+    const T xv = a == T(0) ? x0 : a == T(1) ? x1 : a == T(2) ? x2 : x3;
+    tg[j] = g;
+    tx[j] = g * (xv - mean);
+  }
+}
+
+// dx over the two input rows of one output row: c0 + (x - mean) * c1, plus k*g at the argmax.
+template <class T>
+void pool_row_backward(int ow, const T* __restrict r0, const T* __restrict r1,
+                       const T* __restrict y, const T* __restrict dy,
+                       const std::uint8_t* __restrict arg, T mean, T c0, T c1, T k,
+                       T* __restrict d0, T* __restrict d1) {
+  for (int j = 0; j < ow; ++j) {
+    const T dv = dy[j], yv = y[j], a = arg[j];
+    const T x0 = r0[2 * j], x1 = r0[2 * j + 1], x2 = r1[2 * j], x3 = r1[2 * j + 1];
+    const T g = yv > T(0) ? k * dv : T(0);
+    d0[2 * j] = c0 + (x0 - mean) * c1 + (a == T(0) ? g : T(0));
+    d0[2 * j + 1] = c0 + (x1 - mean) * c1 + (a == T(1) ? g : T(0));
+    d1[2 * j] = c0 + (x2 - mean) * c1 + (a == T(2) ? g : T(0));
+    d1[2 * j + 1] = c0 + (x3 - mean) * c1 + (a == T(3) ? g : T(0));
+  }
+}
+
 template <class T>
 void bn_relu_pool_forward(int c, int n, int h, int w, const T* x, const T* gamma, const T* beta,
                           const T* mean, const T* invstd, T* y, std::uint8_t* argmax) {
-  const int oh = h / 2, ow = w / 2;
-  std::vector<std::int32_t> idx(static_cast<std::size_t>(ow));
+  const int oh = h / 2, ow = w / 2, pq = oh * ow;
+  std::vector<T> idx(static_cast<std::size_t>(pq));
   for (int ch = 0; ch < c; ++ch) {
     const T scale = static_cast<T>(gamma[ch] * static_cast<double>(invstd[ch]));
     const T shift =
@@ -261,29 +313,13 @@ void bn_relu_pool_forward(int c, int n, int h, int w, const T* x, const T* gamma
     for (int img = 0; img < n; ++img) {
       const std::size_t plane = static_cast<std::size_t>(ch) * n + img;
       const T* xp = x + plane * h * w;
-      T* yp = y + plane * oh * ow;
-      std::uint8_t* ap = argmax + plane * oh * ow;
+      T* yp = y + plane * pq;
       for (int i = 0; i < oh; ++i) {
-        const T* r0 = xp + (2 * i) * w;
-        const T* r1 = r0 + w;
-        T* yr = yp + i * ow;
-        // Branch-free so it vectorises; the first maximum in row-major order wins ties
-        // (PyTorch's rule).
-#pragma omp simd
-        for (int j = 0; j < ow; ++j) {
-          const T a = r0[2 * j] * scale + shift, b = r0[2 * j + 1] * scale + shift;
-          const T cc = r1[2 * j] * scale + shift, d = r1[2 * j + 1] * scale + shift;
-          const std::int32_t i01 = b > a;
-          const std::int32_t i23 = 2 + (d > cc);
-          const T m01 = std::max(a, b);
-          const T m23 = std::max(cc, d);
-          const std::int32_t hi = m23 > m01;
-          idx[static_cast<std::size_t>(j)] = i01 + hi * (i23 - i01);
-          yr[j] = std::max(std::max(m01, m23), T(0));
-        }
-        for (int j = 0; j < ow; ++j)
-          ap[i * ow + j] = static_cast<std::uint8_t>(idx[static_cast<std::size_t>(j)]);
+        pool_row_forward(ow, xp + 2 * i * w, xp + (2 * i + 1) * w, scale, shift, yp + i * ow,
+                         idx.data() + i * ow);
       }
+      std::uint8_t* ap = argmax + plane * pq;
+      for (int q = 0; q < pq; ++q) ap[q] = static_cast<std::uint8_t>(static_cast<int>(idx[q]));
     }
   }
 }
@@ -296,37 +332,22 @@ void bn_relu_pool_backward(int c, int n, int h, int w, const T* x, const T* y, c
   const std::size_t m_full = static_cast<std::size_t>(n) * h * w;
   std::vector<T> tg(static_cast<std::size_t>(pq)), tx(static_cast<std::size_t>(pq));
   for (int ch = 0; ch < c; ++ch) {
-    const T muT = mean[ch];
+    const T mu = mean[ch];
     const double is = invstd[ch];
-    // The BN output gradient is non-zero only at each window's argmax where the ReLU passed:
-    // the BN reductions run over the pooled grid, a plane at a time (vectorised, then summed in
-    // double lanes).
+    // The BN output gradient is non-zero only at each window's argmax where the ReLU passed, so
+    // the BN reductions run over the pooled grid (a plane at a time, summed in double lanes).
     double sum_dy = 0, sum_dy_xmu = 0;
     for (int img = 0; img < n; ++img) {
       const std::size_t plane = static_cast<std::size_t>(ch) * n + img;
       const T* xp = x + plane * h * w;
-      const T* yp = y + plane * pq;
-      const T* dyp = dy + plane * pq;
-      const std::uint8_t* ap = argmax + plane * pq;
       for (int i = 0; i < oh; ++i) {
-        const T* r0 = xp + (2 * i) * w;
-        const T* r1 = r0 + w;
-#pragma omp simd
-        for (int j = 0; j < ow; ++j) {
-          const int q = i * ow + j;
-          const T g = yp[q] > T(0) ? dyp[q] : T(0);
-          const int a = ap[q];
-          const T xv = a == 0   ? r0[2 * j]
-                       : a == 1 ? r0[2 * j + 1]
-                       : a == 2 ? r1[2 * j]
-                                : r1[2 * j + 1];
-          tg[static_cast<std::size_t>(q)] = g;
-          tx[static_cast<std::size_t>(q)] = g * (xv - muT);
-        }
+        const std::size_t q = plane * pq + static_cast<std::size_t>(i) * ow;
+        pool_row_sums(ow, xp + 2 * i * w, xp + (2 * i + 1) * w, y + q, dy + q, argmax + q, mu,
+                      tg.data() + i * ow, tx.data() + i * ow);
       }
-      double s1 = 0, s2 = 0, u1 = 0, u2 = 0;
-      sum_sumsq(tg.data(), tg.size(), &s1, &u1);
-      sum_sumsq(tx.data(), tx.size(), &s2, &u2);
+      double s1 = 0, s2 = 0, unused = 0;
+      sum_sumsq(tg.data(), tg.size(), &s1, &unused);
+      sum_sumsq(tx.data(), tx.size(), &s2, &unused);
       sum_dy += s1;
       sum_dy_xmu += s2;
     }
@@ -342,24 +363,10 @@ void bn_relu_pool_backward(int c, int n, int h, int w, const T* x, const T* y, c
       const std::size_t plane = static_cast<std::size_t>(ch) * n + img;
       const T* xp = x + plane * h * w;
       T* dxp = dx + plane * h * w;
-      const T* yp = y + plane * pq;
-      const T* dyp = dy + plane * pq;
-      const std::uint8_t* ap = argmax + plane * pq;
       for (int i = 0; i < oh; ++i) {
-        const T* r0 = xp + (2 * i) * w;
-        const T* r1 = r0 + w;
-        T* d0 = dxp + (2 * i) * w;
-        T* d1 = d0 + w;
-#pragma omp simd
-        for (int j = 0; j < ow; ++j) {
-          const int q = i * ow + j;
-          const T g = yp[q] > T(0) ? k * dyp[q] : T(0);
-          const int a = ap[q];
-          d0[2 * j] = c0 + (r0[2 * j] - muT) * c1 + (a == 0 ? g : T(0));
-          d0[2 * j + 1] = c0 + (r0[2 * j + 1] - muT) * c1 + (a == 1 ? g : T(0));
-          d1[2 * j] = c0 + (r1[2 * j] - muT) * c1 + (a == 2 ? g : T(0));
-          d1[2 * j + 1] = c0 + (r1[2 * j + 1] - muT) * c1 + (a == 3 ? g : T(0));
-        }
+        const std::size_t q = plane * pq + static_cast<std::size_t>(i) * ow;
+        pool_row_backward(ow, xp + 2 * i * w, xp + (2 * i + 1) * w, y + q, dy + q, argmax + q, mu,
+                          c0, c1, k, dxp + 2 * i * w, dxp + (2 * i + 1) * w);
       }
     }
   }

@@ -66,11 +66,11 @@ TEST(ConvNet, DefaultInitBoundsAndDeterminism) {
 // The whole network against PyTorch itself (tests/pytorch_oracle.py, float64): same weights,
 // batch and mode must give the same loss, logits, every parameter gradient and the updated BN
 // running statistics. Skips when Debian's python3-torch is not installed.
-void check_against_pytorch(Mode mode) {
+void check_against_pytorch(Mode mode, CpuKernels kernels) {
   if (std::system("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1") != 0) {
     GTEST_SKIP() << "python3-torch not installed (make deps installs it)";
   }
-  auto ops = make_cpu_ops();
+  auto ops = make_ops(Device::Cpu, kernels);
   const int n = 6;
   ConvNet m(*ops, n);
   m.init(3);
@@ -121,11 +121,17 @@ void check_against_pytorch(Mode mode) {
     EXPECT_NEAR(m.buffers()[i], rb[i], 1e-5) << i;
 }
 
-TEST(ConvNet, MatchesPyTorchTrainBn) {
-  check_against_pytorch(Mode::Train);
+TEST(ConvNet, ReferenceMatchesPyTorchTrainBn) {
+  check_against_pytorch(Mode::Train, CpuKernels::Reference);
 }
-TEST(ConvNet, MatchesPyTorchFrozenBn) {
-  check_against_pytorch(Mode::Frozen);
+TEST(ConvNet, ReferenceMatchesPyTorchFrozenBn) {
+  check_against_pytorch(Mode::Frozen, CpuKernels::Reference);
+}
+TEST(ConvNet, OneDnnMatchesPyTorchTrainBn) {
+  check_against_pytorch(Mode::Train, CpuKernels::OneDnn);
+}
+TEST(ConvNet, OneDnnMatchesPyTorchFrozenBn) {
+  check_against_pytorch(Mode::Frozen, CpuKernels::OneDnn);
 }
 
 TEST(ConvNet, TrainForwardUpdatesRunningStatsEvalDoesNot) {

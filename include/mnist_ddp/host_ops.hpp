@@ -1,0 +1,29 @@
+// host_ops.hpp — HostOps: the part of the Ops interface that is the same for every backend whose
+// buffers live in host memory and whose ops do not depend on the activation layout (fc layer,
+// loss, top-k, SGD, BN eval statistics, byte buffers). The CPU backends derive from it.
+#pragma once
+
+#include "mnist_ddp/ops.hpp"
+
+namespace mnist_ddp {
+
+class HostOps : public Ops {
+ public:
+  Device device() const override { return Device::Cpu; }
+  void batchnorm_eval_stats(int c, const float* running_mean, const float* running_var, double eps,
+                            float* mean, float* invstd) override;
+  void linear_forward(int n, int in, int out, const float* x, const float* w, const float* b,
+                      float* y) override;
+  void linear_backward(int n, int in, int out, const float* x, const float* w, const float* dy,
+                       float* dx, float* dw, float* db) override;
+  double softmax_cross_entropy(int n, int classes, const float* logits, const std::int32_t* labels,
+                               float* dlogits, double grad_scale) override;
+  int topk_correct(int n, int classes, const float* logits, const std::int32_t* labels,
+                   int k) override;
+  void sgd_step(std::size_t n, float* p, const float* g, float* momentum_buf, const SgdParams& s,
+                bool first_step) override;
+  std::uint8_t* alloc_bytes(std::size_t n) override;
+  void free_bytes(std::uint8_t* p) override;
+};
+
+}  // namespace mnist_ddp

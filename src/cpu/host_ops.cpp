@@ -1,0 +1,42 @@
+// host_ops.cpp — the layout-independent host ops shared by the CPU backends (reference kernels).
+#include "mnist_ddp/host_ops.hpp"
+
+#include <cstdlib>
+
+#include "mnist_ddp/cpu_ops.hpp"
+
+namespace mnist_ddp {
+
+void HostOps::batchnorm_eval_stats(int c, const float* running_mean, const float* running_var,
+                                   double eps, float* mean, float* invstd) {
+  cpu::batchnorm_eval_stats(c, running_mean, running_var, eps, mean, invstd);
+}
+void HostOps::linear_forward(int n, int in, int out, const float* x, const float* w, const float* b,
+                             float* y) {
+  cpu::linear_forward(n, in, out, x, w, b, y);
+}
+void HostOps::linear_backward(int n, int in, int out, const float* x, const float* w,
+                              const float* dy, float* dx, float* dw, float* db) {
+  cpu::linear_backward(n, in, out, x, w, dy, dx, dw, db);
+}
+double HostOps::softmax_cross_entropy(int n, int classes, const float* logits,
+                                      const std::int32_t* labels, float* dlogits,
+                                      double grad_scale) {
+  return cpu::softmax_cross_entropy(n, classes, logits, labels, dlogits, grad_scale);
+}
+int HostOps::topk_correct(int n, int classes, const float* logits, const std::int32_t* labels,
+                          int k) {
+  return cpu::topk_correct(n, classes, logits, labels, k);
+}
+void HostOps::sgd_step(std::size_t n, float* p, const float* g, float* buf, const SgdParams& s,
+                       bool first_step) {
+  cpu::sgd_step(n, p, g, buf, s, first_step);
+}
+std::uint8_t* HostOps::alloc_bytes(std::size_t n) {
+  return static_cast<std::uint8_t*>(std::malloc(n > 0 ? n : 1));
+}
+void HostOps::free_bytes(std::uint8_t* p) {
+  std::free(p);
+}
+
+}  // namespace mnist_ddp
