@@ -97,9 +97,13 @@ int run(int argc, char** argv, int rank, int world, const MpiLocality& locality,
   broadcast_model(*comm, model);
 
   Trainer trainer(cfg, *comm, *ops, model, data, *log);
-  log->info(fmt::format("training: {} epoch(s) x {} steps, batch {} per rank ({} global), lr {}",
-                        cfg.epochs, trainer.steps_per_epoch(), cfg.batch_size,
-                        cfg.batch_size * world, cfg.lr));
+  log->info(fmt::format(
+      "training: {} epoch(s) x {} steps/epoch = {} steps{}, batch {} per rank "
+      "({} global), lr {}",
+      cfg.epochs, trainer.steps_per_epoch(), trainer.total_steps(),
+      trainer.total_steps() < trainer.steps_per_epoch() * cfg.epochs ? " (capped by --max-steps)"
+                                                                     : "",
+      cfg.batch_size, cfg.batch_size * world, cfg.lr));
   const TrainResult r = trainer.run();
   log->metrics({{"event", "done"},
                 {"steps", r.steps},

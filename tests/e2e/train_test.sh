@@ -43,3 +43,16 @@ if [[ $RC -eq 0 ]] && grep -q "1 rank(s)" "$OUT" && grep -q "done: 30 steps" "$O
 
 run train_4ranks 300 mpirun -np 4 --oversubscribe "$BIN" --data "$DATA" --epochs 1 --max-steps 20 --log-dir "$TMP/log4" --progress off --check-replicas 5
 if [[ $RC -eq 0 ]] && grep -q "4 rank(s)" "$OUT" && grep -q "(10000 images)" "$OUT"; then pass "four_ranks_oversubscribed"; else fail "four_ranks rc=$RC" "$(show)"; fi
+
+# Live progress on a TTY (forced with --progress on) and mid-epoch evaluation with --eval-every.
+run progress_and_eval_every 300 "$BIN" --data "$DATA" --epochs 1 --max-steps 20 --eval-every 10 --progress on --log-dir "$TMP/logp"
+if [[ $RC -eq 0 ]] && grep -q $'\r\033\[K' "$OUT" && grep -q "ETA" "$OUT" && grep -q "eval step 10: test loss" "$OUT" &&
+   [[ $(grep -c '"event":"eval"' "$TMP/logp/metrics.jsonl") == 2 ]] && grep -q "epoch 1 step 20/20" "$TMP/logp/mnist_train.log"; then
+  pass "live_progress_line_and_eval_every"
+else
+  fail "live_progress_line_and_eval_every rc=$RC" "$(show)"
+fi
+
+# The reference CPU kernels train too (same flags, same data).
+run reference_kernels 300 mpirun -np 2 "$BIN" --data "$DATA" --epochs 1 --max-steps 20 --cpu-kernels reference --log-dir "$TMP/logr" --progress off
+if [[ $RC -eq 0 ]] && grep -q "(reference kernels)" "$OUT" && grep -q "done: 20 steps" "$OUT"; then pass "reference_kernels_train"; else fail "reference_kernels rc=$RC" "$(show)"; fi
