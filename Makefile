@@ -36,8 +36,12 @@ endif
 HDF5_HOME ?=
 ifneq ($(HDF5_HOME),)
 HDF5_FOUND := $(shell test -f $(HDF5_HOME)/include/hdf5.h && echo yes || echo no)
+HDF5_CFLAGS := -I$(HDF5_HOME)/include
+HDF5_LIBS := -L$(HDF5_HOME)/lib -Wl,-rpath,$(HDF5_HOME)/lib -lhdf5
 else
 HDF5_FOUND := $(shell pkg-config --exists hdf5 2>/dev/null && echo yes || echo no)
+HDF5_CFLAGS := $(shell pkg-config --cflags hdf5 2>/dev/null)
+HDF5_LIBS := $(shell pkg-config --libs hdf5 2>/dev/null || echo -lhdf5)
 endif
 
 CUDA_HOME ?= /usr/local/cuda
@@ -56,8 +60,8 @@ SPDLOG_LIBS := $(shell pkg-config --libs spdlog 2>/dev/null || echo -lspdlog -lf
 ARCH_FLAGS ?= -march=native
 CXXFLAGS ?= -O3 -g
 CXXFLAGS += -std=c++20 $(ARCH_FLAGS) -fopenmp-simd -Wall -Wextra -Wno-unused-parameter -pthread
-CPPFLAGS += -DOMPI_SKIP_MPICXX=1 -DMPICH_SKIP_MPICXX=1 -Iinclude $(BLAS_CFLAGS) $(DNNL_CFLAGS) $(SPDLOG_CFLAGS) -MMD -MP
-LDLIBS += $(DNNL_LIBS) $(BLAS_LIBS) $(SPDLOG_LIBS) -lz -lgomp -pthread
+CPPFLAGS += -DOMPI_SKIP_MPICXX=1 -DMPICH_SKIP_MPICXX=1 -Iinclude $(BLAS_CFLAGS) $(DNNL_CFLAGS) $(HDF5_CFLAGS) $(SPDLOG_CFLAGS) -MMD -MP
+LDLIBS += $(DNNL_LIBS) $(HDF5_LIBS) $(BLAS_LIBS) $(SPDLOG_LIBS) -lz -lgomp -pthread
 
 BUILD := build
 # ---- sources -----------------------------------------------------------------------------------
@@ -83,7 +87,7 @@ summary:
 	@echo "  MPI     : $(MPICXX) -> $$($(MPICXX) --showme:version 2>/dev/null || $(MPICXX) -show 2>/dev/null | head -c 60 || echo 'NOT FOUND (make deps)')"
 	@echo "  BLAS    : OpenBLAS $(if $(OPENBLAS_HOME),in $(OPENBLAS_HOME),(system)) $$(test -n '$(OPENBLAS_HOME)' || (ldconfig -p | grep -q libopenblas && echo found || echo 'NOT FOUND (make deps)'))"
 	@echo "  oneDNN  : $(if $(DNNL_HOME),in $(DNNL_HOME),(system)) $$(test -n '$(DNNL_HOME)' || (ldconfig -p | grep -q libdnnl && echo found || echo 'NOT FOUND (make deps)'))"
-	@echo "  HDF5    : $(HDF5_FOUND) (checkpoints; used from the checkpoint issue on)"
+	@echo "  HDF5    : $(HDF5_FOUND) $(HDF5_LIBS) (checkpoints)"
 	@echo "  CUDA    : nvcc $(NVCC_FOUND) at $(CUDA_HOME); backend built: no (USE_CUDA=$(USE_CUDA))"
 	@echo "  flags   : $(CXXFLAGS)"
 

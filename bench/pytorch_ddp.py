@@ -7,10 +7,9 @@ mnist_ddp. Data is preloaded as tensors and batches are gathered by DistributedS
 mpirun -np 2 /usr/bin/python3 bench/pytorch_ddp.py --data data/dataset --epochs 1
 """
 import argparse
-import gzip
 import json
 import os
-import struct
+import sys
 import time
 
 import numpy as np
@@ -20,35 +19,8 @@ import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data.distributed import DistributedSampler
 
-
-class ConvNet(nn.Module):
-    def __init__(self, num_classes=10):
-        super().__init__()
-        self.layer1 = nn.Sequential(nn.Conv2d(1, 16, kernel_size=5, stride=1, padding=2),
-                                    nn.BatchNorm2d(16), nn.ReLU(), nn.MaxPool2d(2, 2))
-        self.layer2 = nn.Sequential(nn.Conv2d(16, 32, kernel_size=5, stride=1, padding=2),
-                                    nn.BatchNorm2d(32), nn.ReLU(), nn.MaxPool2d(2, 2))
-        self.fc = nn.Linear(7 * 7 * 32, num_classes)
-
-    def forward(self, x):
-        out = self.layer2(self.layer1(x))
-        return self.fc(out.reshape(out.size(0), -1))
-
-
-def read_idx(path):
-    opener = gzip.open if open(path, "rb").read(2) == b"\x1f\x8b" else open
-    with opener(path, "rb") as f:
-        raw = f.read()
-    ndim = raw[3]
-    dims = struct.unpack(">" + "I" * ndim, raw[4:4 + 4 * ndim])
-    return np.frombuffer(raw, dtype=np.uint8, offset=4 + 4 * ndim).reshape(dims)
-
-
-def find(d, base):
-    for p in (os.path.join(d, base), os.path.join(d, base + ".gz")):
-        if os.path.exists(p):
-            return p
-    raise SystemExit(f"{d}: missing {base}[.gz]")
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
+from convnet_torch import ConvNet, find, read_idx  # noqa: E402
 
 
 def main():

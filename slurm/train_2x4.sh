@@ -10,4 +10,6 @@ set -euo pipefail
 cd "${SLURM_SUBMIT_DIR:-.}"
 # One rank per core: keep BLAS single-threaded.
 export OPENBLAS_NUM_THREADS=1
-srun --mpi=pmix ./mnist_ddp --threads 1 --log-dir "logging/${SLURM_JOB_ID}" "$@"
+# Continue from the newest checkpoint when the job is requeued or resubmitted.
+srun --mpi=pmix ./mnist_ddp --threads 1 --resume auto --checkpoint-dir checkpoints \
+  --log-dir logging "$@"

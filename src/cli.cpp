@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 
 #include <cstdlib>
 #include <map>
@@ -85,6 +86,15 @@ void build(CLI::App& app, Config& c, EnumText& t) {
                  "BLAS threads per rank (0: usable cores / ranks on this node)")
       ->check(CLI::Range(0, 1024));
   app.add_option("--log-dir", c.log_dir, "rank 0 writes mnist_train.log and metrics.jsonl here");
+  app.add_option("--checkpoint-dir", c.checkpoint_dir,
+                 "HDF5 checkpoints go here (checked writable before training)");
+  app.add_option("--checkpoint-every", c.checkpoint_every,
+                 "also checkpoint every N steps (0: epoch ends and the end only)")
+      ->check(kNonNegative);
+  app.add_option("--keep", c.keep, "keep the newest K checkpoints")->check(CLI::Range(1, 1000000));
+  app.add_option("--resume", c.resume,
+                 "none | auto (newest valid checkpoint in --checkpoint-dir, else start fresh) | "
+                 "PATH of one checkpoint");
   app.add_option("--log-every", c.log_every, "steps between progress lines in batch output")
       ->check(kPositive);
   app.add_option("--check-replicas", c.check_replicas,
@@ -146,20 +156,39 @@ std::string help_text() {
   return app.help();
 }
 
-std::string describe(const Config& c) {
+}  // namespace mnist_ddp
+
+namespace mnist_ddp {
+
+std::string config_json(const Config& c) {
   static const char* kSched[] = {"constant", "step", "cosine"};
   static const char* kDev[] = {"cpu", "cuda", "auto"};
-  return fmt::format(
-      "data={} epochs={} max_steps={} batch_size={} eval_batch_size={} lr={} momentum={} "
-      "dampening={} weight_decay={} nesterov={} lr_schedule={} lr_step_size={} lr_gamma={} "
-      "warmup_steps={} min_lr={} seed={} eval_every={} drop_last={} shuffle={} device={} "
-      "cpu_kernels={} threads={} log_every={} check_replicas={}",
-      c.data_dir, c.epochs, c.max_steps, c.batch_size, c.eval_batch_size, c.lr, c.momentum,
-      c.dampening, c.weight_decay, c.nesterov, kSched[static_cast<int>(c.lr_schedule)],
-      c.lr_step_size, c.lr_gamma, c.warmup_steps, c.min_lr, c.seed, c.eval_every, c.drop_last,
-      c.shuffle, kDev[static_cast<int>(c.device)],
-      c.cpu_kernels == CpuKernels::OneDnn ? "onednn" : "reference", c.threads, c.log_every,
-      c.check_replicas);
+  const nlohmann::json j = {
+      {"data", c.data_dir},
+      {"epochs", c.epochs},
+      {"max_steps", c.max_steps},
+      {"batch_size", c.batch_size},
+      {"eval_batch_size", c.eval_batch_size},
+      {"lr", c.lr},
+      {"momentum", c.momentum},
+      {"dampening", c.dampening},
+      {"weight_decay", c.weight_decay},
+      {"nesterov", c.nesterov},
+      {"lr_schedule", kSched[static_cast<int>(c.lr_schedule)]},
+      {"lr_step_size", c.lr_step_size},
+      {"lr_gamma", c.lr_gamma},
+      {"warmup_steps", c.warmup_steps},
+      {"min_lr", c.min_lr},
+      {"seed", c.seed},
+      {"eval_every", c.eval_every},
+      {"drop_last", c.drop_last},
+      {"shuffle", c.shuffle},
+      {"device", kDev[static_cast<int>(c.device)]},
+      {"cpu_kernels", c.cpu_kernels == CpuKernels::OneDnn ? "onednn" : "reference"},
+      {"threads", c.threads},
+      {"checkpoint_every", c.checkpoint_every},
+      {"keep", c.keep}};
+  return j.dump();
 }
 
 }  // namespace mnist_ddp

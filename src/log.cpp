@@ -16,7 +16,7 @@
 
 namespace mnist_ddp {
 
-Logger::Logger(int rank, const std::string& log_dir, bool live_progress)
+Logger::Logger(int rank, const std::string& log_dir, bool live_progress, bool append)
     : rank_(rank), live_(live_progress && rank == 0) {
   if (rank_ != 0) return;
   std::error_code ec;
@@ -29,13 +29,13 @@ Logger::Logger(int rank, const std::string& log_dir, bool live_progress)
   }
   log_path_ = log_dir + "/mnist_train.log";
   metrics_path_ = log_dir + "/metrics.jsonl";
-  metrics_.open(metrics_path_, std::ios::out | std::ios::trunc);
+  metrics_.open(metrics_path_, std::ios::out | (append ? std::ios::app : std::ios::trunc));
   if (!metrics_) {
     throw UserError(fmt::format("--log-dir {}: cannot write {}: {}; pass a writable --log-dir",
                                 log_dir, metrics_path_, std::strerror(errno)));
   }
   try {
-    auto file_sink = std::make_shared<spdlog::sinks::basic_file_sink_st>(log_path_, true);
+    auto file_sink = std::make_shared<spdlog::sinks::basic_file_sink_st>(log_path_, !append);
     file_sink->set_pattern("[%Y-%m-%d %H:%M:%S.%e] %v");
     auto console_sink = std::make_shared<spdlog::sinks::stdout_sink_st>();
     console_sink->set_pattern("%v");

@@ -1,5 +1,6 @@
 // main.cpp — mnist_ddp's entry point: MPI up, identity, configuration, data, model, training,
 // summary; teardown explicit and in order (NCCL -> CUDA -> MPI_Finalize).
+#include <hdf5.h>
 #include <unistd.h>
 
 #include <fmt/format.h>
@@ -8,9 +9,11 @@
 #include <exception>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "mnist_ddp/agree.hpp"
 #include "mnist_ddp/check.hpp"
+#include "mnist_ddp/checkpoint.hpp"
 #include "mnist_ddp/cli.hpp"
 #include "mnist_ddp/comm.hpp"
 #include "mnist_ddp/dataset.hpp"
@@ -20,6 +23,7 @@
 #include "mnist_ddp/model.hpp"
 #include "mnist_ddp/ops.hpp"
 #include "mnist_ddp/runtime.hpp"
+#include "mnist_ddp/signals.hpp"
 #include "mnist_ddp/trainer.hpp"
 
 namespace mnist_ddp {
@@ -70,11 +74,17 @@ int run(int argc, char** argv, int rank, int world, const MpiLocality& locality,
   run_agreed(*comm, [&] {
     const bool tty = cfg.progress == Progress::On ||
                      (cfg.progress == Progress::Auto && isatty(fileno(stdout)) != 0);
-    log = std::make_unique<Logger>(rank, cfg.log_dir, tty);
+    // A resumed run appends to the log and metrics of the run it continues.
+    log = std::make_unique<Logger>(rank, cfg.log_dir, tty, cfg.resume != "none");
+  });
+  // Before any training: a checkpoint directory that cannot be written is an error now, not
+  // after an hour of lost work.
+  run_agreed(*comm, [&] {
+    if (rank == 0) prepare_checkpoint_dir(cfg.checkpoint_dir);
   });
   log->file(fmt::format("mnist_ddp {} world {} launcher {} nodes {}", kVersion, world, id.launcher,
                         id.num_nodes));
-  log->file("config: " + describe(cfg));
+  log->file("config: " + config_json(cfg));
 
   DataSplit data;
   run_agreed(*comm, [&] { data = load_data_dir(cfg.data_dir); });
@@ -97,6 +107,41 @@ int run(int argc, char** argv, int rank, int world, const MpiLocality& locality,
   broadcast_model(*comm, model);
 
   Trainer trainer(cfg, *comm, *ops, model, data, *log);
+  const CheckpointLayout layout = checkpoint_layout(model);
+  std::optional<TrainingState> resume;
+  run_agreed(*comm, [&] {
+    if (rank != 0 || cfg.resume == "none") return;
+    if (cfg.resume == "auto") {
+      std::vector<std::string> warnings;
+      auto found = find_resume_checkpoint(cfg.checkpoint_dir, layout, &warnings);
+      for (const auto& w : warnings) {
+        std::fprintf(stderr, "mnist_ddp: warning: %s\n", w.c_str());
+        log->file("warning: " + w);
+      }
+      if (found) {
+        log->info("resume: " + found->first);
+        resume = std::move(found->second);
+      } else {
+        log->info(fmt::format("resume: no checkpoint in {}, starting fresh", cfg.checkpoint_dir));
+      }
+    } else {
+      resume = load_checkpoint(cfg.resume, layout);
+      log->info("resume: " + cfg.resume);
+    }
+  });
+  if (broadcast_training_state(*comm, resume, layout)) {
+    if (resume->world_size != world) {
+      log->info(
+          fmt::format("resume: checkpoint written by {} ranks, now {}: model and optimizer "
+                      "restored, position re-derived from the {} samples of epoch {} "
+                      "already consumed",
+                      resume->world_size, world, resume->sample_offset * resume->world_size,
+                      resume->epoch + 1));
+    }
+    trainer.resume_from(*resume);
+    log->info(fmt::format("resume: step {}, epoch {}, sample {} of the epoch", resume->step,
+                          resume->epoch + 1, resume->sample_offset));
+  }
   log->info(fmt::format(
       "training: {} epoch(s) x {} steps/epoch = {} steps{}, batch {} per rank "
       "({} global), lr {}",
@@ -104,7 +149,13 @@ int run(int argc, char** argv, int rank, int world, const MpiLocality& locality,
       trainer.total_steps() < trainer.steps_per_epoch() * cfg.epochs ? " (capped by --max-steps)"
                                                                      : "",
       cfg.batch_size, cfg.batch_size * world, cfg.lr));
-  const TrainResult r = trainer.run();
+  TrainResult r = trainer.run();
+  if (r.stop_signal != 0) {
+    log->info(fmt::format("stopped by {} at step {}; checkpoint {}; continue with --resume auto",
+                          signal_name(r.stop_signal), r.steps, r.last_checkpoint));
+    return 128 + r.stop_signal;
+  }
+  if (!r.evaluated) r.final_eval = trainer.evaluate();  // resumed a run that had already ended
   log->metrics({{"event", "done"},
                 {"steps", r.steps},
                 {"top1", r.final_eval.top1},
@@ -127,10 +178,14 @@ int run(int argc, char** argv, int rank, int world, const MpiLocality& locality,
 
 int main(int argc, char** argv) {
   using namespace mnist_ddp;
+  // HDF5's exit-time cleanup would try to close a checkpoint file whose write failed (full disk)
+  // and crash; the process ends right after such a failure anyway, so skip that cleanup.
+  H5dont_atexit();
   mpi_init(&argc, &argv);
   int rank = 0, world = 1;
   MpiLocality locality;
   mpi_query(&rank, &world, &locality);
+  install_stop_handlers();
   const std::string host = host_name();
   set_error_identity(rank, host);
   int code = kExitOk;

@@ -40,4 +40,10 @@ void Sgd::step(std::span<float> params, std::span<const float> grads, double lr)
   ++steps_;
 }
 
+void Sgd::restore(std::span<const float> momentum, std::int64_t steps) {
+  MNIST_DDP_CHECK(momentum.size() == buf_.numel(), "momentum buffer of another size");
+  std::copy(momentum.begin(), momentum.end(), buf_.data());
+  steps_ = steps;
+}
+
 }  // namespace mnist_ddp

@@ -7,9 +7,11 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 
+#include "mnist_ddp/agree.hpp"
 #include "mnist_ddp/check.hpp"
 #include "mnist_ddp/ddp.hpp"
 #include "mnist_ddp/sampler.hpp"
+#include "mnist_ddp/signals.hpp"
 
 namespace mnist_ddp {
 namespace {
@@ -51,7 +53,8 @@ Trainer::Trainer(const Config& cfg, Comm& comm, Ops& ops, ConvNet& model, const 
       model_(model),
       data_(data),
       log_(log),
-      sgd_(ops, model.params().size(), sgd_params(cfg)) {
+      sgd_(ops, model.params().size(), sgd_params(cfg)),
+      layout_(checkpoint_layout(model)) {
   const DistributedSampler probe(data.train.count, comm.rank(), comm.size(), cfg.shuffle, cfg.seed,
                                  cfg.drop_last);
   steps_per_epoch_ = (probe.num_samples() + cfg.batch_size - 1) / cfg.batch_size;
@@ -143,23 +146,96 @@ void Trainer::log_window(std::int64_t epoch, double elapsed) {
   window_images_ = 0;
 }
 
+void Trainer::resume_from(const TrainingState& s) {
+  std::copy(s.params.begin(), s.params.end(), model_.params().begin());
+  std::copy(s.buffers.begin(), s.buffers.end(), model_.buffers().begin());
+  std::copy(s.num_batches_tracked.begin(), s.num_batches_tracked.end(),
+            model_.num_batches_tracked().begin());
+  sgd_.restore(s.momentum, s.optimizer_steps);
+  step_ = s.step;
+  epoch_ = s.epoch;
+  offset_ = s.sample_offset;
+  last_checkpoint_step_ = s.step;
+  if (s.world_size != comm_.size()) {
+    // Another world size: the sampler hands out other per-rank lists, so only the number of
+    // samples of this epoch already consumed carries over.
+    const std::int64_t consumed = s.sample_offset * s.world_size;
+    offset_ = consumed / comm_.size();
+  }
+}
+
+TrainingState Trainer::state() const {
+  TrainingState s;
+  s.step = step_;
+  s.epoch = epoch_;
+  s.sample_offset = offset_;
+  s.world_size = comm_.size();
+  s.seed = cfg_.seed;
+  s.config_json = config_json(cfg_);
+  s.program_version = kVersion;
+  auto& model = const_cast<ConvNet&>(model_);
+  s.params.assign(model.params().begin(), model.params().end());
+  s.buffers.assign(model.buffers().begin(), model.buffers().end());
+  s.num_batches_tracked.assign(model.num_batches_tracked().begin(),
+                               model.num_batches_tracked().end());
+  s.momentum.assign(sgd_.momentum_buffer().begin(), sgd_.momentum_buffer().end());
+  s.optimizer_steps = sgd_.steps_taken();
+  static const char* kSched[] = {"constant", "step", "cosine"};
+  s.lr_schedule = kSched[static_cast<int>(cfg_.lr_schedule)];
+  s.base_lr = cfg_.lr;
+  s.last_lr = last_lr_;
+  s.momentum_factor = cfg_.momentum;
+  s.dampening = cfg_.dampening;
+  s.weight_decay = cfg_.weight_decay;
+  s.nesterov = cfg_.nesterov;
+  return s;
+}
+
+void Trainer::checkpoint(const char* why) {
+  if (last_checkpoint_step_ == step_) return;  // this state is already on disk
+  std::string path;
+  // Collective (inside run_agreed): rank 0 holds everything a checkpoint needs (parameters and
+  // momentum are identical on every rank; BN buffers follow rank 0), so only it writes; the
+  // agreement tells every rank whether the write worked.
+  run_agreed(comm_, [&] {
+    if (comm_.rank() != 0) return;
+    path = save_checkpoint(cfg_.checkpoint_dir, state(), layout_);
+    prune_checkpoints(cfg_.checkpoint_dir, cfg_.keep);
+  });
+  last_checkpoint_step_ = step_;
+  if (comm_.rank() == 0) {
+    last_checkpoint_ = path;
+    log_.info(fmt::format("checkpoint ({}): {} (step {}; resumes at epoch {}, sample {} per rank)",
+                          why, path, step_, epoch_ + 1, offset_));
+    log_.metrics({{"event", "checkpoint"},
+                  {"step", step_},
+                  {"epoch", epoch_ + 1},
+                  {"sample_offset", offset_},
+                  {"path", path},
+                  {"reason", why}});
+  }
+}
+
 TrainResult Trainer::run() {
   TrainResult res;
   DistributedSampler sampler(data_.train.count, comm_.rank(), comm_.size(), cfg_.shuffle, cfg_.seed,
                              cfg_.drop_last);
   double train_seconds = 0;
   std::int64_t images = 0;
+  const std::int64_t first_step = step_;
   auto last_progress = Clock::now();
-  for (epoch_ = 0; epoch_ < cfg_.epochs && step_ < total_steps_; ++epoch_) {
+  int stop = 0;
+  while (epoch_ < cfg_.epochs && step_ < total_steps_) {
     sampler.set_epoch(epoch_);
     const std::vector<std::int64_t> order = sampler.indices();
     auto t0 = Clock::now();
-    for (std::size_t b = 0; b < order.size() && step_ < total_steps_;
-         b += static_cast<std::size_t>(cfg_.batch_size)) {
+    while (offset_ < static_cast<std::int64_t>(order.size()) && step_ < total_steps_) {
+      const auto b = static_cast<std::size_t>(offset_);
       const int n = static_cast<int>(std::min<std::size_t>(cfg_.batch_size, order.size() - b));
       gather_batch(data_.train, std::span<const std::int64_t>(order).subspan(b, n), data_.mean,
                    data_.std, x_.data(), y_.data());
       const double loss = step(x_.data(), y_.data(), n);
+      offset_ += n;
       window_loss_ += loss;
       window_images_ += n;
       images += static_cast<std::int64_t>(n) * comm_.size();
@@ -169,7 +245,7 @@ TrainResult Trainer::run() {
       const double elapsed = train_seconds + seconds_since(t0);
       if (log_.live_progress() && seconds_since(last_progress) > 0.2) {
         last_progress = Clock::now();
-        const double rate = step_ / std::max(elapsed, 1e-9);
+        const double rate = (step_ - first_step) / std::max(elapsed, 1e-9);
         log_.progress(fmt::format("epoch {}/{} step {}/{} loss {:.4f} {:.0f} img/s ETA {}",
                                   epoch_ + 1, cfg_.epochs, step_, total_steps_,
                                   window_images_ > 0 ? window_loss_ / window_images_ : 0.0,
@@ -177,6 +253,20 @@ TrainResult Trainer::run() {
                                   fmt_eta((total_steps_ - step_) / std::max(rate, 1e-9))));
       }
       if (step_ % cfg_.log_every == 0) log_window(epoch_, elapsed);
+      // Collective, every step: a stop signal on any rank stops all of them here, together.
+      stop = agree_stop_signal(comm_);
+      if (stop != 0) {
+        train_seconds += seconds_since(t0);
+        log_.info(fmt::format("{} received: stopping at step {} with a checkpoint",
+                              signal_name(stop), step_));
+        checkpoint(signal_name(stop));
+        break;
+      }
+      if (cfg_.checkpoint_every > 0 && step_ % cfg_.checkpoint_every == 0) {
+        train_seconds += seconds_since(t0);
+        checkpoint("every");
+        t0 = Clock::now();
+      }
       if (cfg_.eval_every > 0 && step_ % cfg_.eval_every == 0) {
         train_seconds += seconds_since(t0);
         const EvalResult e = evaluate();
@@ -192,18 +282,19 @@ TrainResult Trainer::run() {
         t0 = Clock::now();
       }
     }
+    if (stop != 0) break;
     train_seconds += seconds_since(t0);
-    const bool epoch_done = step_ % steps_per_epoch_ == 0 || step_ == total_steps_;
     if (window_images_ > 0) log_window(epoch_, train_seconds);
+    const bool epoch_done = offset_ >= static_cast<std::int64_t>(order.size());
     const EvalResult e = evaluate();
     res.final_eval = e;
-    if (step_ % steps_per_epoch_ == 0) res.epochs_completed = static_cast<int>(epoch_ + 1);
+    res.evaluated = true;
+    if (epoch_done) res.epochs_completed = static_cast<int>(epoch_ + 1);
     log_.info(
         fmt::format("epoch {} {}: test loss {:.4f} top-1 {:.2f}% top-5 {:.2f}% ({} images) "
                     "| train {:.1f} s, {:.0f} img/s",
-                    epoch_ + 1, epoch_done && step_ % steps_per_epoch_ == 0 ? "done" : "stopped",
-                    e.loss, 100 * e.top1, 100 * e.top5, e.count, train_seconds,
-                    images / std::max(train_seconds, 1e-9)));
+                    epoch_ + 1, epoch_done ? "done" : "stopped", e.loss, 100 * e.top1, 100 * e.top5,
+                    e.count, train_seconds, images / std::max(train_seconds, 1e-9)));
     log_.metrics({{"event", "epoch"},
                   {"step", step_},
                   {"epoch", epoch_ + 1},
@@ -214,11 +305,20 @@ TrainResult Trainer::run() {
                   {"train_s", train_seconds},
                   {"images_per_s", images / std::max(train_seconds, 1e-9)},
                   {"comm_bytes", comm_.payload_bytes()}});
+    if (!epoch_done) break;  // --max-steps ended the run inside this epoch
+    // The checkpoint of a finished epoch points at the start of the next one.
+    ++epoch_;
+    offset_ = 0;
+    checkpoint("epoch end");
   }
+  // End of training (a no-op when the epoch end just wrote this step).
+  if (stop == 0) checkpoint("end");
+  res.stop_signal = stop;
   res.steps = step_;
   res.train_seconds = train_seconds;
   res.images_per_second = images / std::max(train_seconds, 1e-9);
   res.comm_bytes = comm_.payload_bytes();
+  res.last_checkpoint = last_checkpoint_;
   return res;
 }
 

@@ -7,24 +7,15 @@ IN (little-endian): int32 n, int32 train(1)/frozen(0), float32 params[29034] (st
 float32 buffers[96] (running_mean/var of layer1 then layer2), float32 x[n*784], int32 y[n].
 OUT: float64 loss, logits[n*10], grads[29034], buffers[96].
 """
+import os
 import sys
 
 import numpy as np
 import torch
 import torch.nn as nn
 
-
-class ConvNet(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.layer1 = nn.Sequential(nn.Conv2d(1, 16, 5, 1, 2), nn.BatchNorm2d(16), nn.ReLU(),
-                                    nn.MaxPool2d(2, 2))
-        self.layer2 = nn.Sequential(nn.Conv2d(16, 32, 5, 1, 2), nn.BatchNorm2d(32), nn.ReLU(),
-                                    nn.MaxPool2d(2, 2))
-        self.fc = nn.Linear(7 * 7 * 32, 10)
-
-    def forward(self, x):
-        return self.fc(self.layer2(self.layer1(x)).reshape(x.size(0), -1))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
+from convnet_torch import ConvNet  # noqa: E402
 
 
 def main(inp, out):

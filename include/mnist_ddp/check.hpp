@@ -29,6 +29,16 @@ class UserError : public std::runtime_error {
 // Records who we are so fatal messages can say "rank r on host h".
 void set_error_identity(int rank, const std::string& host);
 
+// A failed HDF5 call: the expression and HDF5's own error stack. Thrown (not fatal) because the
+// checkpoint code turns it into a UserError naming the file (full disk, corrupt file, ...).
+class Hdf5Error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+// Collects HDF5's error stack (innermost messages, incl. errno text) and clears it.
+std::string hdf5_error_text();
+[[noreturn]] void throw_hdf5(const char* expr, const char* file, int line);
+
 // Prints a fatal MPI failure (expression, location, rank, host, MPI's error string) and aborts
 // every rank with MPI_Abort. Never returns.
 [[noreturn]] void fail_mpi(int rc, const char* expr, const char* file, int line);
@@ -46,6 +56,14 @@ void set_error_identity(int rank, const std::string& host);
       ::mnist_ddp::fail_mpi(mnist_ddp_rc_, #expr, __FILE__, __LINE__); \
     }                                                                  \
   } while (0)
+
+// Evaluates an HDF5 call once; a negative result throws Hdf5Error with HDF5's error stack.
+#define HDF5_CHECK(expr)                                                       \
+  ([&]() {                                                                     \
+    const auto mnist_ddp_h5_ = (expr);                                         \
+    if (mnist_ddp_h5_ < 0) ::mnist_ddp::throw_hdf5(#expr, __FILE__, __LINE__); \
+    return mnist_ddp_h5_;                                                      \
+  }())
 
 // Internal invariant check (not for validating user input: use UserError for that).
 #define MNIST_DDP_CHECK(cond, msg)                                                                \

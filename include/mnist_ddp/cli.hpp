@@ -36,6 +36,10 @@ struct Config {
   CpuKernels cpu_kernels = CpuKernels::OneDnn;
   int threads = 1;  // BLAS threads per rank; 0: usable cores / ranks on this node
   std::string log_dir = "logging";
+  std::string checkpoint_dir = "checkpoints";
+  std::int64_t checkpoint_every = 0;  // steps; 0: only at epoch ends and at the end
+  int keep = 3;
+  std::string resume = "none";  // none | auto | PATH
   std::int64_t log_every = 50;
   std::int64_t check_replicas = 0;
   bool print_env = false;
@@ -51,8 +55,8 @@ ParseOutcome parse_cli(int argc, char** argv, Config& cfg, bool print);
 // The --help text (for the README consistency test).
 std::string help_text();
 
-// The configuration as "key=value" pairs on one line (logged at start).
-std::string describe(const Config& cfg);
+// The configuration as one JSON object (logged at start, stored in every checkpoint).
+std::string config_json(const Config& cfg);
 
 inline constexpr const char* kVersion = "0.1.0";
 

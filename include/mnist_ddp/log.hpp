@@ -16,8 +16,9 @@ namespace mnist_ddp {
 
 class Logger {
  public:
-  // Rank 0 creates log_dir and opens mnist_train.log and metrics.jsonl (UserError if it cannot).
-  Logger(int rank, const std::string& log_dir, bool live_progress);
+  // Rank 0 creates log_dir and opens mnist_train.log and metrics.jsonl (UserError if it cannot);
+  // append continues existing files (a resumed run) instead of truncating them.
+  Logger(int rank, const std::string& log_dir, bool live_progress, bool append = false);
   ~Logger();
   Logger(const Logger&) = delete;
   Logger& operator=(const Logger&) = delete;

@@ -33,6 +33,9 @@ class Sgd {
   void step(std::span<float> params, std::span<const float> grads, double lr);
   std::int64_t steps_taken() const { return steps_; }
   std::span<float> momentum_buffer() { return {buf_.data(), buf_.numel()}; }
+  std::span<const float> momentum_buffer() const { return {buf_.data(), buf_.numel()}; }
+  // Restores the momentum buffer and step count from a checkpoint.
+  void restore(std::span<const float> momentum, std::int64_t steps);
 
  private:
   Ops& ops_;

@@ -1,10 +1,13 @@
 // trainer.hpp — the training loop: sampler -> gather batch -> forward -> loss -> backward ->
-// gradient all-reduce -> SGD step; exact distributed evaluation; metrics and progress.
+// gradient all-reduce -> SGD step; exact distributed evaluation; metrics and progress; checkpoint
+// cadence; resume at the exact sample; clean stops at step boundaries.
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
+#include "mnist_ddp/checkpoint.hpp"
 #include "mnist_ddp/cli.hpp"
 #include "mnist_ddp/comm.hpp"
 #include "mnist_ddp/dataset.hpp"
@@ -23,11 +26,14 @@ struct EvalResult {
 
 struct TrainResult {
   EvalResult final_eval;
+  bool evaluated = false;
   std::int64_t steps = 0;
   int epochs_completed = 0;
   double train_seconds = 0;      // forward/backward/all-reduce/update only (no evaluation)
   double images_per_second = 0;  // global training images / train_seconds
   std::uint64_t comm_bytes = 0;  // payload bytes this rank passed to collectives
+  int stop_signal = 0;           // SIGINT/SIGTERM that stopped the run (0: ran to the end)
+  std::string last_checkpoint;   // path of the newest checkpoint written by this run
 };
 
 class Trainer {
@@ -37,13 +43,20 @@ class Trainer {
   // Steps per epoch and in the whole run (after --max-steps).
   std::int64_t steps_per_epoch() const { return steps_per_epoch_; }
   std::int64_t total_steps() const { return total_steps_; }
+  // Continues from a checkpoint (already identical on every rank): model, optimizer, position.
+  // With another world size the position is re-derived from the global samples consumed.
+  void resume_from(const TrainingState& s);
   TrainResult run();
   // One data-parallel step on this rank's batch x[n][784], y[n]; returns the local summed loss.
   double step(const float* x, const std::int32_t* y, int n, Mode mode = Mode::Train);
   EvalResult evaluate();
+  // The state a checkpoint holds now (rank 0's view; identical on every rank but BN buffers).
+  TrainingState state() const;
 
  private:
   void log_window(std::int64_t epoch, double elapsed);
+  // Collective: rank 0 writes, every rank learns whether it worked.
+  void checkpoint(const char* why);
   const Config& cfg_;
   Comm& comm_;
   Ops& ops_;
@@ -52,10 +65,14 @@ class Trainer {
   Logger& log_;
   Sgd sgd_;
   LrConfig lr_;
+  CheckpointLayout layout_;
   std::int64_t steps_per_epoch_ = 0;
   std::int64_t total_steps_ = 0;
   std::int64_t step_ = 0;
   std::int64_t epoch_ = 0;
+  std::int64_t offset_ = 0;  // samples of epoch_ this rank has consumed
+  std::int64_t last_checkpoint_step_ = -1;
+  std::string last_checkpoint_;
   double window_loss_ = 0;
   std::int64_t window_images_ = 0;
   double last_lr_ = 0;

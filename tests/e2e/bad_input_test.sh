@@ -7,7 +7,7 @@ python3 "$REPO/data/make_fixtures.py" "$TMP/fx" || { fail "fixtures"; exit 0; }
 # expect_error NAME EXPECTED_SUBSTRING ARGS...
 expect_error() {
   local name="$1" want="$2"; shift 2
-  run "$name" 60 mpirun -np 2 "$BIN" --log-dir "$TMP/log" --progress off "$@"
+  run "$name" 60 mpirun -np 2 "$BIN" --log-dir "$TMP/log" --checkpoint-dir "$TMP/ckpt" --progress off "$@"
   local n; n=$(grep -c "mnist_ddp: error:" "$ERR")
   if [[ $RC -ne 0 && $RC -ne 124 && $RC -ne 137 && "$n" == 1 ]] && grep -q -- "$want" "$ERR" &&
      (( $(echo "$SECS < 30" | bc) )); then
@@ -34,5 +34,5 @@ touch "$TMP/afile"
 expect_error unwritable_log_dir "--log-dir" --data "$TMP/fx/valid" --log-dir "$TMP/afile/sub"
 
 # The fixture itself is fine: the same launch with the valid directory succeeds.
-run valid_fixture 120 mpirun -np 2 "$BIN" --data "$TMP/fx/valid" --log-dir "$TMP/log" --progress off --batch-size 8 --eval-batch-size 8
+run valid_fixture 120 mpirun -np 2 "$BIN" --data "$TMP/fx/valid" --log-dir "$TMP/log" --checkpoint-dir "$TMP/ckpt" --progress off --batch-size 8 --eval-batch-size 8
 if [[ $RC -eq 0 ]] && grep -q "fixture (data/make_fixtures.py)" "$OUT"; then pass "valid_fixture_trains"; else fail "valid_fixture_trains rc=$RC" "$(show)"; fi

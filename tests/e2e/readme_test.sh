@@ -9,7 +9,7 @@ if [[ "$(echo "$first" | awk '{print $1" "$2}' | tr '\n' ';')" == "make run;make
 else
   fail "readme_opens_with_make_run_and_make_test" "$first"
 fi
-run make_run 600 make run ARGS="--epochs 1 --max-steps 30 --log-dir $TMP/log --progress off"
+run make_run 600 make run ARGS="--epochs 1 --max-steps 30 --log-dir $TMP/log --checkpoint-dir $TMP/ckpt --progress off"
 if [[ $RC -eq 0 ]] && grep -q "^# rank 1/2 " "$OUT" && grep -q "done: 30 steps" "$OUT"; then
   pass "make_run_trains_on_2_ranks"
 else

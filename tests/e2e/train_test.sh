@@ -5,7 +5,7 @@
 source "$(dirname "$0")/lib.sh"
 DATA="$REPO/data/dataset"
 
-run train_2ranks 600 mpirun -np 2 "$BIN" --data "$DATA" --epochs 1 --log-dir "$TMP/log2" --progress off --check-replicas 100
+run train_2ranks 600 mpirun -np 2 "$BIN" --data "$DATA" --epochs 1 --log-dir "$TMP/log2" --checkpoint-dir "$TMP/ckpt2" --progress off --check-replicas 100
 top1=$(grep -o "done: .* test top-1 [0-9.]*%" "$OUT" | grep -o "[0-9.]*%$" | tr -d %)
 bar=85
 grep -q "^mnist (" "$DATA/DATASET" && bar=98
@@ -38,14 +38,14 @@ assert e["count"] == 10000, e
 PY
 then pass "metrics_jsonl_schema"; else fail "metrics_jsonl_schema" "$(head -3 "$TMP/log2/metrics.jsonl")"; fi
 
-run train_single 300 "$BIN" --data "$DATA" --epochs 1 --max-steps 30 --log-dir "$TMP/log1" --progress off
+run train_single 300 "$BIN" --data "$DATA" --epochs 1 --max-steps 30 --log-dir "$TMP/log1" --checkpoint-dir "$TMP/ckpt1" --progress off
 if [[ $RC -eq 0 ]] && grep -q "1 rank(s)" "$OUT" && grep -q "done: 30 steps" "$OUT"; then pass "single_process_world_of_one"; else fail "single_process rc=$RC" "$(show)"; fi
 
-run train_4ranks 300 mpirun -np 4 --oversubscribe "$BIN" --data "$DATA" --epochs 1 --max-steps 20 --log-dir "$TMP/log4" --progress off --check-replicas 5
+run train_4ranks 300 mpirun -np 4 --oversubscribe "$BIN" --data "$DATA" --epochs 1 --max-steps 20 --log-dir "$TMP/log4" --checkpoint-dir "$TMP/ckpt4" --progress off --check-replicas 5
 if [[ $RC -eq 0 ]] && grep -q "4 rank(s)" "$OUT" && grep -q "(10000 images)" "$OUT"; then pass "four_ranks_oversubscribed"; else fail "four_ranks rc=$RC" "$(show)"; fi
 
 # Live progress on a TTY (forced with --progress on) and mid-epoch evaluation with --eval-every.
-run progress_and_eval_every 300 "$BIN" --data "$DATA" --epochs 1 --max-steps 20 --eval-every 10 --progress on --log-dir "$TMP/logp"
+run progress_and_eval_every 300 "$BIN" --data "$DATA" --epochs 1 --max-steps 20 --eval-every 10 --progress on --log-dir "$TMP/logp" --checkpoint-dir "$TMP/ckptp"
 if [[ $RC -eq 0 ]] && grep -q $'\r\033\[K' "$OUT" && grep -q "ETA" "$OUT" && grep -q "eval step 10: test loss" "$OUT" &&
    [[ $(grep -c '"event":"eval"' "$TMP/logp/metrics.jsonl") == 2 ]] && grep -q "epoch 1 step 20/20" "$TMP/logp/mnist_train.log"; then
   pass "live_progress_line_and_eval_every"
@@ -54,5 +54,5 @@ else
 fi
 
 # The reference CPU kernels train too (same flags, same data).
-run reference_kernels 300 mpirun -np 2 "$BIN" --data "$DATA" --epochs 1 --max-steps 20 --cpu-kernels reference --log-dir "$TMP/logr" --progress off
+run reference_kernels 300 mpirun -np 2 "$BIN" --data "$DATA" --epochs 1 --max-steps 20 --cpu-kernels reference --log-dir "$TMP/logr" --checkpoint-dir "$TMP/ckptr" --progress off
 if [[ $RC -eq 0 ]] && grep -q "(reference kernels)" "$OUT" && grep -q "done: 20 steps" "$OUT"; then pass "reference_kernels_train"; else fail "reference_kernels rc=$RC" "$(show)"; fi

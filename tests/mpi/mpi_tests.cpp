@@ -13,6 +13,7 @@
 
 #include "mnist_ddp/agree.hpp"
 #include "mnist_ddp/check.hpp"
+#include "mnist_ddp/checkpoint.hpp"
 #include "mnist_ddp/comm.hpp"
 #include "mnist_ddp/dataset.hpp"
 #include "mnist_ddp/ddp.hpp"
@@ -223,6 +224,8 @@ TEST(Trainer, EvaluationCountsEveryTestImageOnceAndRunTrains) {
   cfg.eval_batch_size = 64;
   cfg.epochs = 1;
   cfg.log_every = 3;
+  cfg.checkpoint_dir = temp_log_dir() + "/ckpt";
+  if (comm().rank() == 0) prepare_checkpoint_dir(cfg.checkpoint_dir);
   auto ops = make_cpu_ops();
   ConvNet model(*ops, 64);
   model.init(2);
@@ -237,6 +240,17 @@ TEST(Trainer, EvaluationCountsEveryTestImageOnceAndRunTrains) {
   EXPECT_EQ(res.steps, (per_rank + 6) / 7);
   EXPECT_EQ(res.final_eval.count, 1001);
   EXPECT_EQ(res.epochs_completed, 1);
+  // The end of the epoch wrote a checkpoint that resumes at the start of the next epoch.
+  if (comm().rank() == 0) {
+    const auto files = list_checkpoints(cfg.checkpoint_dir);
+    ASSERT_EQ(files.size(), 1u);
+    const TrainingState s = load_checkpoint(files[0], checkpoint_layout(model));
+    EXPECT_EQ(s.step, res.steps);
+    EXPECT_EQ(s.epoch, 1);
+    EXPECT_EQ(s.sample_offset, 0);
+    EXPECT_EQ(s.world_size, comm().size());
+    EXPECT_TRUE(std::equal(s.params.begin(), s.params.end(), model.params().begin()));
+  }
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include "mnist_ddp/check.hpp"
 #include "mnist_ddp/dataset.hpp"
 #include "mnist_ddp/idx.hpp"
+#include "test_util.hpp"
 
 namespace mnist_ddp {
 namespace {
@@ -62,17 +63,9 @@ class IdxFiles : public ::testing::Test {
     gzclose(f);
     return p;
   }
-  // Expects a UserError whose message names the file and contains `what`.
   template <class F>
   void expect_error(F&& f, const std::string& file, const std::string& what) {
-    try {
-      f();
-      ADD_FAILURE() << "no error for " << file;
-    } catch (const UserError& e) {
-      const std::string m = e.what();
-      EXPECT_NE(m.find(file), std::string::npos) << m;
-      EXPECT_NE(m.find(what), std::string::npos) << m;
-    }
+    testing::expect_user_error(f, file, what);
   }
   void write_dir(std::uint32_t train_n, std::uint32_t test_n) {
     write("train-images-idx3-ubyte", images_file(train_n));

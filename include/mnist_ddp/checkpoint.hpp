@@ -1,0 +1,91 @@
+// checkpoint.hpp — HDF5 checkpoints: one file per checkpoint written by rank 0, atomically
+// (temporary name in the same directory, fsync, rename, directory fsync; the `complete`
+// attribute is the last thing written), Fletcher32 on every array plus a CRC32 over the whole
+// payload, validated on load, newest-first resume with fallback, keep-last-K retention.
+//
+// Schema (format "mnist_ddp-checkpoint", version 1; documented with h5dump in the README):
+//   /                 attrs: format, format_version, model, step, epoch, sample_offset,
+//                     world_size, seed, program_version, config (JSON), created, payload_crc32,
+//                     complete (written last)
+//   /model/<key>      float32 PyTorch shapes; num_batches_tracked int64 scalars
+//   /optimizer/momentum_buffer/<key>   float32, same keys and shapes as the parameters
+//   /optimizer        attrs: step_count, lr_schedule, base_lr, last_lr, momentum, dampening,
+//                     weight_decay, nesterov
+//   /rng              attrs: init_seed, sampler_seed, sampler_epoch (the shuffle of epoch e is
+//                     permutation(sampler_seed + e): that is all the RNG state there is)
+//   /rank/<r>         one group per rank for per-rank state (empty in this version)
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "mnist_ddp/comm.hpp"
+#include "mnist_ddp/model.hpp"
+
+namespace mnist_ddp {
+
+inline constexpr const char* kCheckpointFormat = "mnist_ddp-checkpoint";
+inline constexpr std::int64_t kCheckpointVersion = 1;
+inline constexpr const char* kCheckpointModel = "mnist-convnet-v1";
+
+struct TrainingState {
+  std::int64_t step = 0;           // optimizer steps taken
+  std::int64_t epoch = 0;          // epoch in progress (0-based)
+  std::int64_t sample_offset = 0;  // samples of `epoch` this rank has consumed (its sampler index)
+  std::int64_t world_size = 1;
+  std::uint64_t seed = 0;
+  std::string config_json;
+  std::string program_version;
+  std::vector<float> params;                      // model parameter arena (PyTorch layout)
+  std::vector<float> buffers;                     // BN running statistics arena
+  std::vector<std::int64_t> num_batches_tracked;  // per BN layer
+  std::vector<float> momentum;                    // SGD momentum buffers, same layout as params
+  std::int64_t optimizer_steps = 0;
+  std::string lr_schedule;
+  double base_lr = 0, last_lr = 0, momentum_factor = 0, dampening = 0, weight_decay = 0;
+  bool nesterov = false;
+};
+
+// The names and shapes of the model's tensors (from ConvNet) that the file must match.
+struct CheckpointLayout {
+  std::vector<ArenaEntry> params;
+  std::vector<ArenaEntry> buffers;
+  std::vector<std::string> num_batches_tracked;  // dataset keys, e.g. layer1.1.num_batches_tracked
+};
+CheckpointLayout checkpoint_layout(const ConvNet& model);
+
+// "ckpt-00001200.h5" for step 1200.
+std::string checkpoint_name(std::int64_t step);
+
+// Creates dir if needed and proves it writable (create, fsync, remove a probe file). UserError
+// naming the directory and the fix otherwise. Also removes temporaries a crashed writer left.
+void prepare_checkpoint_dir(const std::string& dir);
+
+// Writes dir/ckpt-<step>.h5 atomically and returns its path. On any failure (full disk, I/O
+// error) the temporary is removed, every existing checkpoint is untouched, and a UserError says
+// what happened.
+std::string save_checkpoint(const std::string& dir, const TrainingState& state,
+                            const CheckpointLayout& layout);
+
+// Reads and validates one file (format, version, model, completeness, every shape, Fletcher32
+// checksums, payload CRC32). UserError naming the file and the problem otherwise.
+TrainingState load_checkpoint(const std::string& path, const CheckpointLayout& layout);
+
+// Complete-named checkpoints in dir, newest (highest step) first.
+std::vector<std::string> list_checkpoints(const std::string& dir);
+
+// --resume auto: the newest checkpoint that loads; each one skipped is reported in `warnings`.
+// nullopt when the directory has none (start fresh). UserError when files exist but none loads.
+std::optional<std::pair<std::string, TrainingState>> find_resume_checkpoint(
+    const std::string& dir, const CheckpointLayout& layout, std::vector<std::string>* warnings);
+
+// Collective: rank 0's loaded state (if any) to every rank. Returns whether there was one.
+bool broadcast_training_state(Comm& comm, std::optional<TrainingState>& state,
+                              const CheckpointLayout& layout);
+
+// Deletes all but the newest `keep` checkpoints.
+void prune_checkpoints(const std::string& dir, int keep);
+
+}  // namespace mnist_ddp

@@ -1,0 +1,20 @@
+// signals.hpp — clean stops. SIGINT/SIGTERM only set a flag; at the next step boundary the ranks
+// agree (one small all-reduce), write a checkpoint and exit with 128 + the signal number. A second
+// signal ends the process at once, touching no checkpoint (a half-written temporary is never
+// renamed and is removed at the next start).
+#pragma once
+
+#include "mnist_ddp/comm.hpp"
+
+namespace mnist_ddp {
+
+// Installs the SIGINT and SIGTERM handlers (idempotent).
+void install_stop_handlers();
+// The first stop signal this process received, 0 if none.
+int pending_stop_signal();
+// Collective: the largest pending signal over all ranks (0: keep going).
+int agree_stop_signal(Comm& comm);
+// "SIGTERM", "SIGINT", ...
+const char* signal_name(int signo);
+
+}  // namespace mnist_ddp

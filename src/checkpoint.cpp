@@ -1,0 +1,530 @@
+// checkpoint.cpp — HDF5 checkpoint writing (atomic), validated reading, resume discovery and
+// retention. All HDF5 calls go through HDF5_CHECK; failures become UserErrors naming the file.
+#include "mnist_ddp/checkpoint.hpp"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <hdf5.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <fmt/format.h>
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <functional>
+
+#include "mnist_ddp/check.hpp"
+
+namespace mnist_ddp {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Closes an HDF5 handle at scope exit (files, groups, datasets, dataspaces, property lists).
+class H5Handle {
+ public:
+  H5Handle(hid_t id, herr_t (*close)(hid_t)) : id_(id), close_(close) {}
+  ~H5Handle() {
+    if (id_ >= 0) close_(id_);
+  }
+  H5Handle(const H5Handle&) = delete;
+  H5Handle& operator=(const H5Handle&) = delete;
+  hid_t get() const { return id_; }
+  // Closes now and reports failure (a close can be where buffered data hits a full disk).
+  void close_checked() {
+    const hid_t id = id_;
+    id_ = -1;
+    HDF5_CHECK(close_(id));
+  }
+
+ private:
+  hid_t id_;
+  herr_t (*close_)(hid_t);
+};
+
+void attr_i64(hid_t obj, const char* name, std::int64_t v) {
+  H5Handle space(HDF5_CHECK(H5Screate(H5S_SCALAR)), H5Sclose);
+  H5Handle a(
+      HDF5_CHECK(H5Acreate2(obj, name, H5T_STD_I64LE, space.get(), H5P_DEFAULT, H5P_DEFAULT)),
+      H5Aclose);
+  HDF5_CHECK(H5Awrite(a.get(), H5T_NATIVE_INT64, &v));
+}
+void attr_u64(hid_t obj, const char* name, std::uint64_t v) {
+  H5Handle space(HDF5_CHECK(H5Screate(H5S_SCALAR)), H5Sclose);
+  H5Handle a(
+      HDF5_CHECK(H5Acreate2(obj, name, H5T_STD_U64LE, space.get(), H5P_DEFAULT, H5P_DEFAULT)),
+      H5Aclose);
+  HDF5_CHECK(H5Awrite(a.get(), H5T_NATIVE_UINT64, &v));
+}
+void attr_f64(hid_t obj, const char* name, double v) {
+  H5Handle space(HDF5_CHECK(H5Screate(H5S_SCALAR)), H5Sclose);
+  H5Handle a(
+      HDF5_CHECK(H5Acreate2(obj, name, H5T_IEEE_F64LE, space.get(), H5P_DEFAULT, H5P_DEFAULT)),
+      H5Aclose);
+  HDF5_CHECK(H5Awrite(a.get(), H5T_NATIVE_DOUBLE, &v));
+}
+void attr_str(hid_t obj, const char* name, const std::string& v) {
+  H5Handle type(HDF5_CHECK(H5Tcopy(H5T_C_S1)), H5Tclose);
+  HDF5_CHECK(H5Tset_size(type.get(), std::max<std::size_t>(1, v.size())));
+  HDF5_CHECK(H5Tset_cset(type.get(), H5T_CSET_UTF8));
+  H5Handle space(HDF5_CHECK(H5Screate(H5S_SCALAR)), H5Sclose);
+  H5Handle a(HDF5_CHECK(H5Acreate2(obj, name, type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT)),
+             H5Aclose);
+  HDF5_CHECK(H5Awrite(a.get(), type.get(), v.empty() ? " " : v.c_str()));
+}
+
+bool has_attr(hid_t obj, const char* name) {
+  return H5Aexists(obj, name) > 0;
+}
+
+std::int64_t read_i64(hid_t obj, const char* name) {
+  H5Handle a(HDF5_CHECK(H5Aopen(obj, name, H5P_DEFAULT)), H5Aclose);
+  std::int64_t v = 0;
+  HDF5_CHECK(H5Aread(a.get(), H5T_NATIVE_INT64, &v));
+  return v;
+}
+std::uint64_t read_u64(hid_t obj, const char* name) {
+  H5Handle a(HDF5_CHECK(H5Aopen(obj, name, H5P_DEFAULT)), H5Aclose);
+  std::uint64_t v = 0;
+  HDF5_CHECK(H5Aread(a.get(), H5T_NATIVE_UINT64, &v));
+  return v;
+}
+double read_f64(hid_t obj, const char* name) {
+  H5Handle a(HDF5_CHECK(H5Aopen(obj, name, H5P_DEFAULT)), H5Aclose);
+  double v = 0;
+  HDF5_CHECK(H5Aread(a.get(), H5T_NATIVE_DOUBLE, &v));
+  return v;
+}
+std::string read_str(hid_t obj, const char* name) {
+  H5Handle a(HDF5_CHECK(H5Aopen(obj, name, H5P_DEFAULT)), H5Aclose);
+  H5Handle type(HDF5_CHECK(H5Aget_type(a.get())), H5Tclose);
+  if (H5Tget_class(type.get()) != H5T_STRING || H5Tis_variable_str(type.get()) > 0) {
+    throw Hdf5Error(std::string("attribute ") + name + " is not a fixed-length string");
+  }
+  std::string v(H5Tget_size(type.get()), '\0');
+  HDF5_CHECK(H5Aread(a.get(), type.get(), v.data()));
+  while (!v.empty() && (v.back() == '\0' || v.back() == ' ')) v.pop_back();
+  return v;
+}
+
+// A float32 dataset of the given PyTorch shape, chunked as one chunk so Fletcher32 applies.
+void write_f32(hid_t group, const std::string& name, const std::vector<int>& shape,
+               const float* data) {
+  std::vector<hsize_t> dims(shape.begin(), shape.end());
+  H5Handle space(HDF5_CHECK(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr)),
+                 H5Sclose);
+  H5Handle dcpl(HDF5_CHECK(H5Pcreate(H5P_DATASET_CREATE)), H5Pclose);
+  HDF5_CHECK(H5Pset_chunk(dcpl.get(), static_cast<int>(dims.size()), dims.data()));
+  HDF5_CHECK(H5Pset_fletcher32(dcpl.get()));
+  H5Handle ds(HDF5_CHECK(H5Dcreate2(group, name.c_str(), H5T_IEEE_F32LE, space.get(), H5P_DEFAULT,
+                                    dcpl.get(), H5P_DEFAULT)),
+              H5Dclose);
+  HDF5_CHECK(H5Dwrite(ds.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, data));
+}
+
+// An int64 scalar dataset (PyTorch's 0-d num_batches_tracked). HDF5 cannot filter scalar
+// datasets; the file-level payload CRC32 covers it.
+void write_i64_scalar(hid_t group, const std::string& name, std::int64_t v) {
+  H5Handle space(HDF5_CHECK(H5Screate(H5S_SCALAR)), H5Sclose);
+  H5Handle ds(HDF5_CHECK(H5Dcreate2(group, name.c_str(), H5T_STD_I64LE, space.get(), H5P_DEFAULT,
+                                    H5P_DEFAULT, H5P_DEFAULT)),
+              H5Dclose);
+  HDF5_CHECK(H5Dwrite(ds.get(), H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, &v));
+}
+
+void read_f32(hid_t group, const std::string& name, const std::vector<int>& shape, float* out,
+              const std::string& where) {
+  if (H5Lexists(group, name.c_str(), H5P_DEFAULT) <= 0) {
+    throw UserError(
+        fmt::format("missing dataset {}/{} (not a checkpoint of this model)", where, name));
+  }
+  H5Handle ds(HDF5_CHECK(H5Dopen2(group, name.c_str(), H5P_DEFAULT)), H5Dclose);
+  H5Handle space(HDF5_CHECK(H5Dget_space(ds.get())), H5Sclose);
+  const int rank = H5Sget_simple_extent_ndims(space.get());
+  std::vector<hsize_t> dims(static_cast<std::size_t>(std::max(rank, 0)));
+  H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr);
+  const std::vector<hsize_t> want(shape.begin(), shape.end());
+  if (dims != want) {
+    auto str = [](const auto& v) {
+      std::string s = "(";
+      for (std::size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+      return s + ")";
+    };
+    throw UserError(
+        fmt::format("{}/{} has shape {}, this model needs {}: the checkpoint is from an "
+                    "incompatible model",
+                    where, name, str(dims), str(want)));
+  }
+  if (H5Dread(ds.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, out) < 0) {
+    throw UserError(fmt::format("{}/{} cannot be read ({}): the file is corrupt (checksum)", where,
+                                name, hdf5_error_text()));
+  }
+}
+
+std::int64_t read_i64_scalar(hid_t group, const std::string& name, const std::string& where) {
+  if (H5Lexists(group, name.c_str(), H5P_DEFAULT) <= 0) {
+    throw UserError(fmt::format("missing dataset {}/{}", where, name));
+  }
+  H5Handle ds(HDF5_CHECK(H5Dopen2(group, name.c_str(), H5P_DEFAULT)), H5Dclose);
+  std::int64_t v = 0;
+  HDF5_CHECK(H5Dread(ds.get(), H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, &v));
+  return v;
+}
+
+// CRC32 over every array and scalar of the payload, in schema order.
+std::uint32_t payload_crc(const TrainingState& s) {
+  uLong c = crc32(0L, Z_NULL, 0);
+  auto add = [&c](const void* p, std::size_t n) {
+    c = crc32(c, static_cast<const Bytef*>(p), static_cast<uInt>(n));
+  };
+  add(s.params.data(), s.params.size() * sizeof(float));
+  add(s.buffers.data(), s.buffers.size() * sizeof(float));
+  add(s.num_batches_tracked.data(), s.num_batches_tracked.size() * sizeof(std::int64_t));
+  add(s.momentum.data(), s.momentum.size() * sizeof(float));
+  const std::int64_t scalars[] = {s.step, s.epoch, s.sample_offset, s.world_size,
+                                  s.optimizer_steps};
+  add(scalars, sizeof scalars);
+  return static_cast<std::uint32_t>(c);
+}
+
+void fsync_path(const std::string& path, bool directory) {
+  const int fd = ::open(path.c_str(), directory ? O_RDONLY | O_DIRECTORY : O_RDONLY);
+  if (fd < 0)
+    throw UserError(fmt::format("{}: cannot open for fsync: {}", path, std::strerror(errno)));
+  const int rc = ::fsync(fd);
+  const int err = errno;
+  ::close(fd);
+  if (rc != 0) throw UserError(fmt::format("{}: fsync failed: {}", path, std::strerror(err)));
+}
+
+std::string iso_now() {
+  const std::time_t t = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
+  return buf;
+}
+
+bool parse_step(const std::string& name, std::int64_t* step) {
+  // ckpt-<digits>.h5
+  if (name.size() < 9 || name.rfind("ckpt-", 0) != 0 || !name.ends_with(".h5")) return false;
+  const std::string digits = name.substr(5, name.size() - 8);
+  if (digits.empty() || !std::all_of(digits.begin(), digits.end(), ::isdigit)) return false;
+  *step = std::stoll(digits);
+  return true;
+}
+
+void write_file(const std::string& tmp, const TrainingState& s, const CheckpointLayout& layout) {
+  H5Handle file(HDF5_CHECK(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT)),
+                H5Fclose);
+  const hid_t f = file.get();
+  attr_str(f, "format", kCheckpointFormat);
+  attr_i64(f, "format_version", kCheckpointVersion);
+  attr_str(f, "model", kCheckpointModel);
+  attr_i64(f, "step", s.step);
+  attr_i64(f, "epoch", s.epoch);
+  attr_i64(f, "sample_offset", s.sample_offset);
+  attr_i64(f, "world_size", s.world_size);
+  attr_u64(f, "seed", s.seed);
+  attr_str(f, "program_version", s.program_version);
+  attr_str(f, "config", s.config_json);
+  attr_str(f, "created", iso_now());
+  {
+    H5Handle g(HDF5_CHECK(H5Gcreate2(f, "model", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)), H5Gclose);
+    for (const auto& e : layout.params)
+      write_f32(g.get(), e.name, e.shape, s.params.data() + e.offset);
+    for (const auto& e : layout.buffers)
+      write_f32(g.get(), e.name, e.shape, s.buffers.data() + e.offset);
+    for (std::size_t i = 0; i < layout.num_batches_tracked.size(); ++i)
+      write_i64_scalar(g.get(), layout.num_batches_tracked[i], s.num_batches_tracked[i]);
+  }
+  {
+    H5Handle g(HDF5_CHECK(H5Gcreate2(f, "optimizer", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)),
+               H5Gclose);
+    attr_i64(g.get(), "step_count", s.optimizer_steps);
+    attr_str(g.get(), "lr_schedule", s.lr_schedule);
+    attr_f64(g.get(), "base_lr", s.base_lr);
+    attr_f64(g.get(), "last_lr", s.last_lr);
+    attr_f64(g.get(), "momentum", s.momentum_factor);
+    attr_f64(g.get(), "dampening", s.dampening);
+    attr_f64(g.get(), "weight_decay", s.weight_decay);
+    attr_i64(g.get(), "nesterov", s.nesterov ? 1 : 0);
+    H5Handle m(
+        HDF5_CHECK(H5Gcreate2(g.get(), "momentum_buffer", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)),
+        H5Gclose);
+    for (const auto& e : layout.params)
+      write_f32(m.get(), e.name, e.shape, s.momentum.data() + e.offset);
+  }
+  {
+    H5Handle g(HDF5_CHECK(H5Gcreate2(f, "rng", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)), H5Gclose);
+    attr_u64(g.get(), "init_seed", s.seed);
+    attr_u64(g.get(), "sampler_seed", s.seed);
+    attr_i64(g.get(), "sampler_epoch", s.epoch);
+  }
+  {
+    H5Handle g(HDF5_CHECK(H5Gcreate2(f, "rank", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)), H5Gclose);
+    for (std::int64_t r = 0; r < s.world_size; ++r) {
+      H5Handle rg(HDF5_CHECK(H5Gcreate2(g.get(), std::to_string(r).c_str(), H5P_DEFAULT,
+                                        H5P_DEFAULT, H5P_DEFAULT)),
+                  H5Gclose);
+    }
+  }
+  attr_u64(f, "payload_crc32", payload_crc(s));
+  HDF5_CHECK(H5Fflush(f, H5F_SCOPE_GLOBAL));
+  // Last: the completeness marker. A reader that does not find it rejects the file.
+  attr_i64(f, "complete", 1);
+  file.close_checked();
+}
+
+}  // namespace
+
+CheckpointLayout checkpoint_layout(const ConvNet& model) {
+  CheckpointLayout l;
+  l.params = model.param_entries();
+  l.buffers = model.buffer_entries();
+  l.num_batches_tracked = {"layer1.1.num_batches_tracked", "layer2.1.num_batches_tracked"};
+  return l;
+}
+
+std::string checkpoint_name(std::int64_t step) {
+  return fmt::format("ckpt-{:08d}.h5", step);
+}
+
+void prepare_checkpoint_dir(const std::string& dir) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) {
+    throw UserError(
+        fmt::format("--checkpoint-dir {}: cannot create the directory: {}; pass a "
+                    "writable --checkpoint-dir",
+                    dir, ec.message()));
+  }
+  const std::string probe = dir + "/.mnist_ddp-write-probe-" + std::to_string(::getpid());
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) {
+    throw UserError(
+        fmt::format("--checkpoint-dir {}: not writable ({}); pass a writable "
+                    "--checkpoint-dir (checked before training so no work is lost)",
+                    dir, std::strerror(errno)));
+  }
+  const bool ok = ::write(fd, "ok", 2) == 2 && ::fsync(fd) == 0;
+  const int err = errno;
+  ::close(fd);
+  ::unlink(probe.c_str());
+  if (!ok) {
+    throw UserError(fmt::format("--checkpoint-dir {}: writing a test file failed ({})", dir,
+                                std::strerror(err)));
+  }
+  // Temporaries of a writer that was killed mid-write are never valid checkpoints.
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind(".ckpt-", 0) == 0 && name.find(".tmp") != std::string::npos)
+      fs::remove(entry.path(), ec);
+  }
+}
+
+std::string save_checkpoint(const std::string& dir, const TrainingState& s,
+                            const CheckpointLayout& layout) {
+  const std::string final_path = dir + "/" + checkpoint_name(s.step);
+  const std::string tmp =
+      dir + "/." + checkpoint_name(s.step) + ".tmp-" + std::to_string(::getpid());
+  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+  try {
+    write_file(tmp, s, layout);
+    // Test seam: MNIST_DDP_TEST_FAIL_CHECKPOINT=enospc makes the write fail as a full disk would
+    // when no small filesystem can be mounted for the test.
+    if (const char* f = std::getenv("MNIST_DDP_TEST_FAIL_CHECKPOINT");
+        f && std::string(f) == "enospc") {
+      errno = ENOSPC;
+      throw UserError(fmt::format("{}: write failed: {} (injected)", tmp, std::strerror(ENOSPC)));
+    }
+    fsync_path(tmp, false);
+  } catch (const Hdf5Error& e) {
+    std::error_code ec;
+    fs::remove(tmp, ec);
+    throw UserError(
+        fmt::format("checkpoint {} not written: {}. Existing checkpoints in {} are "
+                    "untouched; free space or pass another --checkpoint-dir",
+                    final_path, e.what(), dir));
+  } catch (const UserError& e) {
+    std::error_code ec;
+    fs::remove(tmp, ec);
+    throw UserError(
+        fmt::format("checkpoint {} not written: {}. Existing checkpoints in {} are "
+                    "untouched",
+                    final_path, e.what(), dir));
+  }
+  if (::rename(tmp.c_str(), final_path.c_str()) != 0) {
+    const int err = errno;
+    std::error_code ec;
+    fs::remove(tmp, ec);
+    throw UserError(
+        fmt::format("checkpoint {}: rename failed: {}", final_path, std::strerror(err)));
+  }
+  // The rename itself must reach the disk, or a crash could lose the new name.
+  fsync_path(dir, true);
+  return final_path;
+}
+
+TrainingState load_checkpoint(const std::string& path, const CheckpointLayout& layout) {
+  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+  try {
+    std::error_code ec;
+    if (!fs::is_regular_file(path, ec)) throw UserError("no such file");
+    if (H5Fis_hdf5(path.c_str()) <= 0) {
+      H5Eclear2(H5E_DEFAULT);
+      throw UserError("not an HDF5 file (truncated, or not a checkpoint)");
+    }
+    const hid_t fid = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+    if (fid < 0)
+      throw UserError("cannot open as HDF5 (" + hdf5_error_text() + "): truncated or corrupt");
+    H5Handle file(fid, H5Fclose);
+    const hid_t f = file.get();
+    if (!has_attr(f, "format") || read_str(f, "format") != kCheckpointFormat) {
+      throw UserError(
+          fmt::format("not an mnist_ddp checkpoint (no format attribute '{}')", kCheckpointFormat));
+    }
+    const std::int64_t version = read_i64(f, "format_version");
+    if (version != kCheckpointVersion) {
+      throw UserError(
+          fmt::format("checkpoint format version {}, this mnist_ddp reads version {}; "
+                      "use the mnist_ddp that wrote it",
+                      version, kCheckpointVersion));
+    }
+    const std::string model = read_str(f, "model");
+    if (model != kCheckpointModel) {
+      throw UserError(fmt::format("checkpoint of model '{}', this program trains '{}'", model,
+                                  kCheckpointModel));
+    }
+    if (!has_attr(f, "complete") || read_i64(f, "complete") != 1) {
+      throw UserError("incomplete: the writer stopped before finishing this file");
+    }
+    TrainingState s;
+    s.step = read_i64(f, "step");
+    s.epoch = read_i64(f, "epoch");
+    s.sample_offset = read_i64(f, "sample_offset");
+    s.world_size = read_i64(f, "world_size");
+    s.seed = read_u64(f, "seed");
+    s.program_version = read_str(f, "program_version");
+    s.config_json = read_str(f, "config");
+    const std::size_t np = layout.params.back().offset + layout.params.back().numel;
+    const std::size_t nb = layout.buffers.back().offset + layout.buffers.back().numel;
+    s.params.resize(np);
+    s.buffers.resize(nb);
+    s.momentum.resize(np);
+    {
+      H5Handle g(HDF5_CHECK(H5Gopen2(f, "model", H5P_DEFAULT)), H5Gclose);
+      for (const auto& e : layout.params)
+        read_f32(g.get(), e.name, e.shape, s.params.data() + e.offset, "/model");
+      for (const auto& e : layout.buffers)
+        read_f32(g.get(), e.name, e.shape, s.buffers.data() + e.offset, "/model");
+      for (const auto& k : layout.num_batches_tracked)
+        s.num_batches_tracked.push_back(read_i64_scalar(g.get(), k, "/model"));
+    }
+    {
+      H5Handle g(HDF5_CHECK(H5Gopen2(f, "optimizer", H5P_DEFAULT)), H5Gclose);
+      s.optimizer_steps = read_i64(g.get(), "step_count");
+      s.lr_schedule = read_str(g.get(), "lr_schedule");
+      s.base_lr = read_f64(g.get(), "base_lr");
+      s.last_lr = read_f64(g.get(), "last_lr");
+      s.momentum_factor = read_f64(g.get(), "momentum");
+      s.dampening = read_f64(g.get(), "dampening");
+      s.weight_decay = read_f64(g.get(), "weight_decay");
+      s.nesterov = read_i64(g.get(), "nesterov") != 0;
+      H5Handle m(HDF5_CHECK(H5Gopen2(g.get(), "momentum_buffer", H5P_DEFAULT)), H5Gclose);
+      for (const auto& e : layout.params)
+        read_f32(m.get(), e.name, e.shape, s.momentum.data() + e.offset,
+                 "/optimizer/momentum_buffer");
+    }
+    if (read_u64(f, "payload_crc32") != payload_crc(s)) {
+      throw UserError("payload CRC32 mismatch: the file is corrupt");
+    }
+    return s;
+  } catch (const Hdf5Error& e) {
+    throw UserError(fmt::format("checkpoint {}: unreadable: {}", path, e.what()));
+  } catch (const UserError& e) {
+    throw UserError(fmt::format("checkpoint {}: {}", path, e.what()));
+  }
+}
+
+std::vector<std::string> list_checkpoints(const std::string& dir) {
+  std::vector<std::pair<std::int64_t, std::string>> found;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    std::int64_t step = 0;
+    if (parse_step(entry.path().filename().string(), &step))
+      found.emplace_back(step, entry.path().string());
+  }
+  std::sort(found.begin(), found.end(), std::greater<>());
+  std::vector<std::string> out;
+  for (auto& [step, path] : found) out.push_back(path);
+  return out;
+}
+
+std::optional<std::pair<std::string, TrainingState>> find_resume_checkpoint(
+    const std::string& dir, const CheckpointLayout& layout, std::vector<std::string>* warnings) {
+  const auto files = list_checkpoints(dir);
+  if (files.empty()) return std::nullopt;
+  for (const auto& path : files) {
+    try {
+      return std::make_pair(path, load_checkpoint(path, layout));
+    } catch (const UserError& e) {
+      warnings->push_back(fmt::format("skipping damaged checkpoint: {}", e.what()));
+    }
+  }
+  throw UserError(
+      fmt::format("--resume auto: none of the {} checkpoint(s) in {} can be loaded "
+                  "(see the warnings above); move them away to start fresh",
+                  files.size(), dir));
+}
+
+bool broadcast_training_state(Comm& comm, std::optional<TrainingState>& state,
+                              const CheckpointLayout& layout) {
+  std::int64_t head[7] = {0, 0, 0, 0, 0, 0, 0};
+  if (comm.rank() == 0 && state) {
+    head[0] = 1;
+    head[1] = state->step;
+    head[2] = state->epoch;
+    head[3] = state->sample_offset;
+    head[4] = state->world_size;
+    head[5] = state->optimizer_steps;
+    head[6] = static_cast<std::int64_t>(state->seed);
+  }
+  // Collective: whether rank 0 resumes, and the position; then the arrays.
+  comm.broadcast(std::span<std::int64_t>(head, 7), 0);
+  if (head[0] == 0) return false;
+  if (comm.rank() != 0) {
+    state.emplace();
+    state->step = head[1];
+    state->epoch = head[2];
+    state->sample_offset = head[3];
+    state->world_size = head[4];
+    state->optimizer_steps = head[5];
+    state->seed = static_cast<std::uint64_t>(head[6]);
+    const std::size_t np = layout.params.back().offset + layout.params.back().numel;
+    const std::size_t nb = layout.buffers.back().offset + layout.buffers.back().numel;
+    state->params.resize(np);
+    state->momentum.resize(np);
+    state->buffers.resize(nb);
+    state->num_batches_tracked.resize(layout.num_batches_tracked.size());
+  }
+  comm.broadcast(std::span<float>(state->params), 0);
+  comm.broadcast(std::span<float>(state->momentum), 0);
+  comm.broadcast(std::span<float>(state->buffers), 0);
+  comm.broadcast(std::span<std::int64_t>(state->num_batches_tracked), 0);
+  return true;
+}
+
+void prune_checkpoints(const std::string& dir, int keep) {
+  const auto files = list_checkpoints(dir);
+  std::error_code ec;
+  for (std::size_t i = static_cast<std::size_t>(std::max(keep, 1)); i < files.size(); ++i) {
+    fs::remove(files[i], ec);
+  }
+}
+
+}  // namespace mnist_ddp

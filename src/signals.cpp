@@ -1,0 +1,55 @@
+// signals.cpp — async-signal-safe stop flag and the step-boundary agreement.
+#include "mnist_ddp/signals.hpp"
+
+#include <unistd.h>
+
+#include <csignal>
+#include <cstdint>
+
+namespace mnist_ddp {
+namespace {
+
+volatile std::sig_atomic_t g_signal = 0;
+
+extern "C" void on_stop_signal(int signo) {
+  if (g_signal != 0) {
+    // Second signal: stop now. _exit is async-signal-safe; nothing is flushed or renamed.
+    _exit(128 + signo);
+  }
+  g_signal = signo;
+}
+
+}  // namespace
+
+void install_stop_handlers() {
+  struct sigaction sa {};
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;  // a signal must not make a blocking read/MPI call fail
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+}
+
+int pending_stop_signal() {
+  return static_cast<int>(g_signal);
+}
+
+int agree_stop_signal(Comm& comm) {
+  std::int32_t s = static_cast<std::int32_t>(g_signal);
+  // Collective: if any rank was signalled, every rank learns it at the same step boundary.
+  comm.allreduce(std::span<std::int32_t>(&s, 1), ReduceOp::Max);
+  return static_cast<int>(s);
+}
+
+const char* signal_name(int signo) {
+  switch (signo) {
+    case SIGINT:
+      return "SIGINT";
+    case SIGTERM:
+      return "SIGTERM";
+    default:
+      return "signal";
+  }
+}
+
+}  // namespace mnist_ddp

@@ -1,0 +1,198 @@
+#!/usr/bin/env bash
+# checkpoint_test.sh — the user's training state is never lost: bitwise-exact resume under
+# mpirun -np 2 (after --max-steps and after a SIGTERM to one rank), fallback past a truncated or
+# bit-flipped newest file, an unwritable directory refused before training, a full disk leaving
+# the previous checkpoint intact, kill -9 of one rank ending the job with older checkpoints
+# intact, a second signal stopping at once, resume with another world size, an incompatible file
+# refused, and the PyTorch export reproducing mnist_ddp's accuracy.
+source "$(dirname "$0")/lib.sh"
+DATA="$REPO/data/dataset"
+PY=/usr/bin/python3
+MOUNTS=()
+cleanup_mounts() { for m in "${MOUNTS[@]}"; do umount "$m" 2>/dev/null; done; rm -rf "$TMP"; }
+trap cleanup_mounts EXIT
+COMMON=(--data "$DATA" --epochs 2 --progress off)
+
+# train NAME CKPT_DIR ARGS... : 2 ranks, logs beside the checkpoints
+train() {
+  local name="$1" dir="$2"; shift 2
+  run "$name" 300 mpirun -np 2 "$BIN" "${COMMON[@]}" --checkpoint-dir "$dir" --log-dir "$dir/log" "$@"
+}
+same_state() {  # two checkpoints hold bitwise-identical model and optimizer state
+  h5diff -q "$1" "$2" /model /model >/dev/null && h5diff -q "$1" "$2" /optimizer /optimizer >/dev/null
+}
+alive() {  # live (non-zombie) mnist_ddp processes of this test run, by a marker in their argv
+  ps -eo stat=,args= | awk -v m="$1" '$1 !~ /^Z/ && index($0, m) && index($0, "mnist_ddp")' | grep -v awk
+}
+
+# --- bitwise resume ---------------------------------------------------------------------------
+train full "$TMP/A" --max-steps 450
+[[ $RC -eq 0 ]] || fail "uninterrupted run rc=$RC" "$(show)"
+train stop200 "$TMP/B" --max-steps 200
+train resume200 "$TMP/B" --max-steps 450 --resume auto
+if [[ $RC -eq 0 ]] && grep -q "resume: step 200, epoch 1, sample 20000" "$OUT" &&
+   same_state "$TMP/A/ckpt-00000450.h5" "$TMP/B/ckpt-00000450.h5" &&
+   ! same_state "$TMP/A/ckpt-00000300.h5" "$TMP/A/ckpt-00000450.h5"; then
+  pass "resume_after_max_steps_is_bitwise_identical (2 ranks, across an epoch boundary, h5diff)"
+else
+  fail "resume_after_max_steps_is_bitwise_identical rc=$RC" "$(show)"
+fi
+
+# SIGTERM to one rank: checkpoint, exit 143 on every rank, nothing left running; then resume.
+(cd "$TMP" && timeout 300 mpirun -np 2 "$BIN" "${COMMON[@]}" --max-steps 450 --checkpoint-dir "$TMP/C" --log-dir "$TMP/C/log" >"$TMP/sig.out" 2>&1; echo $? >"$TMP/sig.rc") &
+for _ in $(seq 100); do [[ -f "$TMP/C/log/metrics.jsonl" ]] && grep -q '"step":100' "$TMP/C/log/metrics.jsonl" 2>/dev/null && break; sleep 0.1; done
+pid=$(ps -eo pid=,args= | grep -F -- "--checkpoint-dir $TMP/C" | grep -v -e grep -e mpirun | awk 'NR==2{print $1}')
+kill -TERM "$pid" 2>/dev/null
+t0=$(date +%s.%N); wait; secs=$(echo "$(date +%s.%N) - $t0" | bc)
+sleep 1
+left=$(alive "$TMP/C" | wc -l)
+ck=$(ls "$TMP/C"/ckpt-*.h5 2>/dev/null | tail -1)
+if [[ "$(cat "$TMP/sig.rc")" != 0 ]] && grep -q "SIGTERM received: stopping at step" "$TMP/sig.out" &&
+   grep -q "Exit code:    143" "$TMP/sig.out" && [[ -n "$ck" && "$left" == 0 ]] && (( $(echo "$secs < 30" | bc) )); then
+  pass "sigterm_to_one_rank_checkpoints_and_exits_143 (${secs%??????}s, $(basename "$ck"))"
+else
+  fail "sigterm_to_one_rank rc=$(cat "$TMP/sig.rc") left=$left ck=$ck secs=$secs" "$(tail -20 "$TMP/sig.out")"
+fi
+train resume_sig "$TMP/C" --max-steps 450 --resume auto
+if [[ $RC -eq 0 ]] && same_state "$TMP/A/ckpt-00000450.h5" "$TMP/C/ckpt-00000450.h5"; then
+  pass "resume_after_sigterm_is_bitwise_identical (stopped at $(basename "$ck"))"
+else
+  fail "resume_after_sigterm_is_bitwise_identical rc=$RC" "$(show)"
+fi
+
+# --- damaged newest file: fall back to the previous one ------------------------------------------
+for kind in truncated bitflip; do
+  rm -rf "$TMP/F"; mkdir -p "$TMP/F"; cp "$TMP/A"/ckpt-*.h5 "$TMP/F/"
+  bad="$TMP/F/ckpt-00000450.h5"
+  if [[ $kind == truncated ]]; then
+    truncate -s 150000 "$bad"
+  else
+    $PY - "$bad" <<'PY'
+import sys, h5py
+p = sys.argv[1]
+with h5py.File(p, "r") as f:
+    off = f["model/layer2.0.weight"].id.get_chunk_info(0).byte_offset
+b = bytearray(open(p, "rb").read()); b[off + 777] ^= 0x04; open(p, "wb").write(b)
+PY
+  fi
+  train "fallback_$kind" "$TMP/F" --max-steps 310 --resume auto
+  if [[ $RC -eq 0 ]] && grep -q "warning: skipping damaged checkpoint: checkpoint $bad" "$ERR" &&
+     grep -q "resume: $TMP/F/ckpt-00000300.h5" "$OUT"; then
+    pass "fallback_past_${kind}_newest ($(grep -o 'ckpt-00000450.h5: [^(]*' "$ERR" | head -1))"
+  else
+    fail "fallback_past_${kind}_newest rc=$RC" "$(show)"
+  fi
+done
+
+# --- incompatible file refused ------------------------------------------------------------------
+cp "$TMP/A/ckpt-00000300.h5" "$TMP/v2.h5"
+$PY -c "import h5py; f=h5py.File('$TMP/v2.h5','r+'); f.attrs.modify('format_version', 2); f.close()"
+train incompatible "$TMP/I" --resume "$TMP/v2.h5"
+if [[ $RC -eq 2 ]] && grep -q "checkpoint $TMP/v2.h5: checkpoint format version 2" "$ERR" &&
+   [[ $(grep -c "mnist_ddp: error" "$ERR") == 1 ]]; then
+  pass "incompatible_version_refused"
+else
+  fail "incompatible_version_refused rc=$RC" "$(show)"
+fi
+
+# --- another world size ---------------------------------------------------------------------------
+run world4 300 mpirun -np 4 --oversubscribe "$BIN" "${COMMON[@]}" --checkpoint-dir "$TMP/W" --log-dir "$TMP/W/log" --resume "$TMP/B/ckpt-00000200.h5" --max-steps 210
+if [[ $RC -eq 0 ]] && grep -q "checkpoint written by 2 ranks, now 4" "$OUT" && grep -q "done: 210 steps" "$OUT" &&
+   grep -q "resumes at epoch 1, sample 11000 per rank" "$OUT"; then
+  pass "resume_with_another_world_size (2 -> 4 ranks, position re-derived)"
+else
+  fail "resume_with_another_world_size rc=$RC" "$(show)"
+fi
+
+# --- unwritable directory: refused before training ---------------------------------------------
+mkdir -p "$TMP/ro"
+if mount -t tmpfs -o ro,size=64k tmpfs "$TMP/ro" 2>/dev/null; then
+  MOUNTS+=("$TMP/ro"); rodir="$TMP/ro/ckpt"; how="read-only tmpfs"
+else
+  touch "$TMP/ro/file"; rodir="$TMP/ro/file/ckpt"; how="path under a file"
+fi
+train readonly "$rodir" --max-steps 10 --log-dir "$TMP/ro_log"
+if [[ $RC -eq 2 ]] && grep -q -- "--checkpoint-dir $rodir" "$ERR" && ! grep -q "^training:" "$OUT"; then
+  pass "unwritable_checkpoint_dir_refused_before_training ($how)"
+else
+  fail "unwritable_checkpoint_dir rc=$RC ($how)" "$(show)"
+fi
+
+# --- full disk: the previous checkpoint survives ------------------------------------------------
+mkdir -p "$TMP/full"
+if mount -t tmpfs -o size=450k tmpfs "$TMP/full" 2>/dev/null; then
+  MOUNTS+=("$TMP/full"); how="450 KiB tmpfs"
+  train fulldisk "$TMP/full" --max-steps 200 --checkpoint-every 50 --log-dir "$TMP/full_log"
+else
+  how="ENOSPC injection"
+  train fulldisk0 "$TMP/full" --max-steps 50 --log-dir "$TMP/full_log"
+  MNIST_DDP_TEST_FAIL_CHECKPOINT=enospc train fulldisk "$TMP/full" --max-steps 100 --resume auto --log-dir "$TMP/full_log"
+fi
+fd_rc=$RC; fd_err="$ERR"
+train fulldisk_check "$TMP/full_check" --resume "$TMP/full/ckpt-00000050.h5" --max-steps 50 --log-dir "$TMP/full_log2"
+if [[ $fd_rc -eq 2 ]] && grep -q "No space left on device" "$fd_err" && grep -q "untouched" "$fd_err" &&
+   [[ $RC -eq 0 ]] && ! ls -A "$TMP/full" | grep -q tmp; then
+  pass "full_disk_keeps_previous_checkpoint ($how; ckpt-00000050.h5 still loads)"
+else
+  fail "full_disk_keeps_previous_checkpoint fd_rc=$fd_rc rc=$RC ($how)" "$(tail -5 "$fd_err")" "$(ls -la "$TMP/full")"
+fi
+
+# --- kill -9 of one rank ends the job; older checkpoints intact -----------------------------------
+(cd "$TMP" && timeout 300 mpirun -np 2 "$BIN" "${COMMON[@]}" --checkpoint-every 20 --checkpoint-dir "$TMP/K" --log-dir "$TMP/K/log" >"$TMP/k.out" 2>&1; echo $? >"$TMP/k.rc") &
+for _ in $(seq 200); do [[ $(ls "$TMP/K"/ckpt-*.h5 2>/dev/null | wc -l) -ge 2 ]] && break; sleep 0.1; done
+pid=$(ps -eo pid=,args= | grep -F -- "--checkpoint-dir $TMP/K" | grep -v -e grep -e mpirun | awk 'NR==2{print $1}')
+kill -KILL "$pid"
+t0=$(date +%s.%N); wait; secs=$(echo "$(date +%s.%N) - $t0" | bc)
+sleep 1
+ok=1
+for f in "$TMP/K"/ckpt-*.h5; do
+  step=$((10#$(basename "$f" .h5 | cut -d- -f2)))
+  run "verify_$step" 120 "$BIN" --data "$DATA" --checkpoint-dir "$TMP/Kv" --log-dir "$TMP/Kv/log" --progress off --resume "$f" --max-steps "$step"
+  [[ $RC -eq 0 ]] || ok=0
+done
+if [[ "$(cat "$TMP/k.rc")" != 0 && $ok == 1 && $(alive "$TMP/K" | wc -l) == 0 ]] && (( $(echo "$secs < 30" | bc) )); then
+  pass "kill_9_one_rank_ends_job_in_${secs%??????}s_checkpoints_intact ($(ls "$TMP/K" | grep -c ckpt) valid)"
+else
+  fail "kill_9_one_rank rc=$(cat "$TMP/k.rc") secs=$secs ok=$ok" "$(tail -10 "$TMP/k.out")"
+fi
+
+# --- a second signal stops at once, touching no checkpoint -----------------------------------
+(cd "$TMP" && timeout 300 "$BIN" "${COMMON[@]}" --checkpoint-every 20 --checkpoint-dir "$TMP/D" --log-dir "$TMP/D/log" >"$TMP/d.out" 2>&1; echo $? >"$TMP/d.rc") &
+for _ in $(seq 200); do [[ $(ls "$TMP/D"/ckpt-*.h5 2>/dev/null | wc -l) -ge 1 ]] && break; sleep 0.1; done
+sleep 0.3
+before=$(cd "$TMP/D" && md5sum ckpt-*.h5)
+pid=$(ps -eo pid=,args= | grep -F -- "--checkpoint-dir $TMP/D" | grep -v grep | awk 'NR==1{print $1}')
+kill -INT "$pid"; kill -INT "$pid"
+wait
+after=$(cd "$TMP/D" && md5sum $(echo "$before" | awk '{print $2}'))
+if [[ "$(cat "$TMP/d.rc")" == 130 && "$before" == "$after" ]]; then
+  pass "second_ctrl_c_exits_130_existing_checkpoints_unchanged"
+else
+  fail "second_ctrl_c rc=$(cat "$TMP/d.rc")" "$before" "$after" "$(tail -5 "$TMP/d.out")"
+fi
+
+# --- export to PyTorch reproduces mnist_ddp's own evaluation ---------------------------------
+if $PY -c "import torch, h5py" 2>/dev/null; then
+  ours=$($PY -c "import json; print([json.loads(l) for l in open('$TMP/A/log/metrics.jsonl') if '\"done\"' in l][-1]['top1'])")
+  theirs=$($PY "$REPO/tools/export_to_pytorch.py" "$TMP/A/ckpt-00000450.h5" --eval "$DATA" -o "$TMP/convnet.pt" |
+           $PY -c "import json,sys; print(json.load(sys.stdin)['top1'])")
+  if [[ -s "$TMP/convnet.pt" ]] && (( $(echo "($ours - $theirs)^2 <= 0.0001^2" | bc) )); then
+    pass "export_to_pytorch_same_accuracy (mnist_ddp $ours, PyTorch $theirs)"
+  else
+    fail "export_to_pytorch_same_accuracy ours=$ours theirs=$theirs"
+  fi
+else
+  echo "skip - export_to_pytorch (python3-torch/python3-h5py not installed)"
+fi
+
+# --- the README's h5py snippet loads a real checkpoint into PyTorch ------------------------------
+if $PY -c "import torch, h5py" 2>/dev/null; then
+  awk '/^```python/{f=1;next} /^```/{if(f)exit} f' "$REPO/README.md" |
+    sed "s|checkpoints/ckpt-00000600.h5|$TMP/A/ckpt-00000450.h5|" > "$TMP/snippet.py"
+  echo 'print("loaded", int(model.layer1[1].num_batches_tracked))' >> "$TMP/snippet.py"
+  if [[ "$($PY "$TMP/snippet.py" 2>&1)" == "loaded 450" ]]; then
+    pass "readme_h5py_snippet_loads_checkpoint"
+  else
+    fail "readme_h5py_snippet_loads_checkpoint" "$($PY "$TMP/snippet.py" 2>&1 | tail -3)"
+  fi
+fi

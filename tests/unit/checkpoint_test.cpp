@@ -1,0 +1,204 @@
+// checkpoint_test.cpp — HDF5 checkpoints: round trip of every dataset and attribute, and the
+// validation that rejects truncated, bit-flipped, incomplete, wrong-version and wrong-model files;
+// resume fallback to the previous file; retention; the writable-directory check.
+#include <gtest/gtest.h>
+#include <hdf5.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "mnist_ddp/check.hpp"
+#include "mnist_ddp/checkpoint.hpp"
+#include "mnist_ddp/model.hpp"
+#include "mnist_ddp/ops.hpp"
+#include "mnist_ddp/rng.hpp"
+#include "test_util.hpp"
+
+namespace mnist_ddp {
+namespace {
+
+namespace fs = std::filesystem;
+
+class CheckpointTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("mnist_ddp_ckpt_" + std::to_string(getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    prepare_checkpoint_dir(dir_.string());
+    ops_ = make_cpu_ops();
+    model_ = std::make_unique<ConvNet>(*ops_, 2);
+    layout_ = checkpoint_layout(*model_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  TrainingState state(std::int64_t step, std::uint64_t seed = 1) {
+    TrainingState s;
+    SplitMix64 r(seed + static_cast<std::uint64_t>(step));
+    s.step = step;
+    s.epoch = 3;
+    s.sample_offset = 1234;
+    s.world_size = 4;
+    s.seed = 77;
+    s.config_json = R"({"lr":0.01})";
+    s.program_version = "test";
+    s.params.resize(model_->params().size());
+    s.momentum.resize(model_->params().size());
+    s.buffers.resize(model_->buffers().size());
+    for (auto& v : s.params) v = r.uniform(-1, 1);
+    for (auto& v : s.momentum) v = r.uniform(-1, 1);
+    for (auto& v : s.buffers) v = r.uniform(0, 2);
+    s.num_batches_tracked = {step, step + 1};
+    s.optimizer_steps = step;
+    s.lr_schedule = "cosine";
+    s.base_lr = 0.1;
+    s.last_lr = 0.05;
+    s.momentum_factor = 0.9;
+    s.weight_decay = 1e-4;
+    s.nesterov = true;
+    return s;
+  }
+
+  template <class F>
+  void expect_error(F&& f, const std::string& file, const std::string& what) {
+    testing::expect_user_error(f, file, what);
+  }
+
+  // File offset of the raw (single-chunk) data of a dataset.
+  haddr_t chunk_address(const std::string& path, const char* dataset) {
+    const hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+    const hid_t d = H5Dopen2(f, dataset, H5P_DEFAULT);
+    const hid_t sp = H5Dget_space(d);
+    hsize_t offset[2];
+    unsigned mask = 0;
+    haddr_t addr = 0;
+    hsize_t size = 0;
+    EXPECT_GE(H5Dget_chunk_info(d, sp, 0, offset, &mask, &addr, &size), 0);
+    H5Sclose(sp);
+    H5Dclose(d);
+    H5Fclose(f);
+    return addr;
+  }
+
+  void flip_byte(const std::string& path, std::uint64_t at) {
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(static_cast<std::streamoff>(at));
+    char c = 0;
+    f.read(&c, 1);
+    c ^= 0x10;
+    f.seekp(static_cast<std::streamoff>(at));
+    f.write(&c, 1);
+  }
+
+  fs::path dir_;
+  std::unique_ptr<Ops> ops_;
+  std::unique_ptr<ConvNet> model_;
+  CheckpointLayout layout_;
+};
+
+TEST_F(CheckpointTest, RoundTripEveryDatasetAndAttribute) {
+  const TrainingState s = state(42);
+  const std::string path = save_checkpoint(dir_.string(), s, layout_);
+  EXPECT_EQ(fs::path(path).filename(), "ckpt-00000042.h5");
+  const TrainingState t = load_checkpoint(path, layout_);
+  EXPECT_EQ(t.params, s.params);
+  EXPECT_EQ(t.momentum, s.momentum);
+  EXPECT_EQ(t.buffers, s.buffers);
+  EXPECT_EQ(t.num_batches_tracked, s.num_batches_tracked);
+  EXPECT_EQ(t.step, 42);
+  EXPECT_EQ(t.epoch, 3);
+  EXPECT_EQ(t.sample_offset, 1234);
+  EXPECT_EQ(t.world_size, 4);
+  EXPECT_EQ(t.seed, 77u);
+  EXPECT_EQ(t.config_json, s.config_json);
+  EXPECT_EQ(t.optimizer_steps, 42);
+  EXPECT_EQ(t.lr_schedule, "cosine");
+  EXPECT_EQ(t.base_lr, 0.1);
+  EXPECT_EQ(t.last_lr, 0.05);
+  EXPECT_TRUE(t.nesterov);
+  // No temporaries are left next to it.
+  int files = 0;
+  for (const auto& e : fs::directory_iterator(dir_)) files += e.is_regular_file() ? 1 : 0;
+  EXPECT_EQ(files, 1);
+}
+
+TEST_F(CheckpointTest, RejectsTruncatedFile) {
+  const std::string path = save_checkpoint(dir_.string(), state(5), layout_);
+  fs::resize_file(path, fs::file_size(path) / 2);
+  expect_error([&] { load_checkpoint(path, layout_); }, path, "");
+}
+
+TEST_F(CheckpointTest, RejectsBitFlipInWeights) {
+  const std::string path = save_checkpoint(dir_.string(), state(5), layout_);
+  flip_byte(path, chunk_address(path, "/model/fc.weight") + 1000);
+  expect_error([&] { load_checkpoint(path, layout_); }, path, "fc.weight");
+}
+
+TEST_F(CheckpointTest, RejectsIncompleteWrongVersionAndWrongModel) {
+  const std::string path = save_checkpoint(dir_.string(), state(5), layout_);
+  {
+    const hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    H5Adelete(f, "complete");
+    H5Fclose(f);
+  }
+  expect_error([&] { load_checkpoint(path, layout_); }, path, "incomplete");
+  const std::string p2 = save_checkpoint(dir_.string(), state(6), layout_);
+  {
+    const hid_t f = H5Fopen(p2.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    const hid_t a = H5Aopen(f, "format_version", H5P_DEFAULT);
+    const std::int64_t v = 99;
+    H5Awrite(a, H5T_NATIVE_INT64, &v);
+    H5Aclose(a);
+    H5Fclose(f);
+  }
+  expect_error([&] { load_checkpoint(p2, layout_); }, p2, "format version 99");
+  const std::string p3 = save_checkpoint(dir_.string(), state(7), layout_);
+  CheckpointLayout other = layout_;
+  other.params.back().shape = {20};  // a model with 20 classes
+  expect_error([&] { load_checkpoint(p3, other); }, p3, "incompatible model");
+  const std::string junk = (dir_ / "ckpt-00000099.h5").string();
+  std::ofstream(junk) << "not hdf5";
+  expect_error([&] { load_checkpoint(junk, layout_); }, junk, "not an HDF5 file");
+}
+
+TEST_F(CheckpointTest, ResumeFallsBackToThePreviousFile) {
+  save_checkpoint(dir_.string(), state(10), layout_);
+  const std::string newest = save_checkpoint(dir_.string(), state(20), layout_);
+  flip_byte(newest, chunk_address(newest, "/optimizer/momentum_buffer/layer2.0.weight") + 4000);
+  std::vector<std::string> warnings;
+  const auto found = find_resume_checkpoint(dir_.string(), layout_, &warnings);
+  ASSERT_TRUE(found.has_value());
+  EXPECT_EQ(found->second.step, 10);
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].find(newest), std::string::npos) << warnings[0];
+  // Nothing at all: start fresh.
+  fs::remove_all(dir_);
+  fs::create_directories(dir_);
+  warnings.clear();
+  EXPECT_FALSE(find_resume_checkpoint(dir_.string(), layout_, &warnings).has_value());
+}
+
+TEST_F(CheckpointTest, KeepsTheNewestKAndIgnoresTemporaries) {
+  for (int s : {1, 2, 3, 4, 5}) save_checkpoint(dir_.string(), state(s), layout_);
+  std::ofstream(dir_ / ".ckpt-00000006.h5.tmp-1") << "partial";
+  prune_checkpoints(dir_.string(), 2);
+  const auto left = list_checkpoints(dir_.string());
+  ASSERT_EQ(left.size(), 2u);
+  EXPECT_EQ(fs::path(left[0]).filename(), "ckpt-00000005.h5");
+  EXPECT_EQ(fs::path(left[1]).filename(), "ckpt-00000004.h5");
+  prepare_checkpoint_dir(dir_.string());  // a new run removes the dead temporary
+  EXPECT_FALSE(fs::exists(dir_ / ".ckpt-00000006.h5.tmp-1"));
+}
+
+TEST_F(CheckpointTest, UnwritableDirectoryIsNamed) {
+  std::ofstream(dir_ / "file") << "x";
+  const std::string bad = (dir_ / "file" / "ckpt").string();
+  expect_error([&] { prepare_checkpoint_dir(bad); }, bad, "--checkpoint-dir");
+}
+
+}  // namespace
+}  // namespace mnist_ddp

@@ -1,0 +1,22 @@
+// test_util.cpp — helpers shared by the unit tests.
+#include "test_util.hpp"
+
+#include <gtest/gtest.h>
+
+#include "mnist_ddp/check.hpp"
+
+namespace mnist_ddp::testing {
+
+void expect_user_error(const std::function<void()>& fn, const std::string& file,
+                       const std::string& what) {
+  try {
+    fn();
+    ADD_FAILURE() << "no error for " << file;
+  } catch (const UserError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find(file), std::string::npos) << m;
+    EXPECT_NE(m.find(what), std::string::npos) << m;
+  }
+}
+
+}  // namespace mnist_ddp::testing

@@ -1,0 +1,40 @@
+"""convnet_torch.py — the PyTorch side shared by the Python tools and tests: the ConvNet (the
+same layers, names and shapes as mnist_ddp) and an MNIST-format IDX reader (raw or .gz)."""
+import gzip
+import os
+import struct
+
+import numpy as np
+import torch.nn as nn
+
+
+class ConvNet(nn.Module):
+    def __init__(self, num_classes=10):
+        super().__init__()
+        self.layer1 = nn.Sequential(nn.Conv2d(1, 16, kernel_size=5, stride=1, padding=2),
+                                    nn.BatchNorm2d(16), nn.ReLU(), nn.MaxPool2d(2, 2))
+        self.layer2 = nn.Sequential(nn.Conv2d(16, 32, kernel_size=5, stride=1, padding=2),
+                                    nn.BatchNorm2d(32), nn.ReLU(), nn.MaxPool2d(2, 2))
+        self.fc = nn.Linear(7 * 7 * 32, num_classes)
+
+    def forward(self, x):
+        out = self.layer2(self.layer1(x))
+        return self.fc(out.reshape(out.size(0), -1))
+
+
+def read_idx(path):
+    """The array in an IDX file (gzip detected from the content)."""
+    opener = gzip.open if open(path, "rb").read(2) == b"\x1f\x8b" else open
+    with opener(path, "rb") as f:
+        raw = f.read()
+    ndim = raw[3]
+    dims = struct.unpack(">" + "I" * ndim, raw[4:4 + 4 * ndim])
+    return np.frombuffer(raw, dtype=np.uint8, offset=4 + 4 * ndim).reshape(dims)
+
+
+def find(data_dir, base):
+    """data_dir/base or data_dir/base.gz."""
+    for p in (os.path.join(data_dir, base), os.path.join(data_dir, base + ".gz")):
+        if os.path.exists(p):
+            return p
+    raise SystemExit(f"{data_dir}: missing {base}[.gz]")

@@ -1,0 +1,72 @@
+#!/usr/bin/python3
+"""export_to_pytorch.py — turns an mnist_ddp HDF5 checkpoint into a PyTorch state_dict (.pt) for
+the ConvNet below, and optionally evaluates it on an MNIST-format test set with PyTorch.
+
+  tools/export_to_pytorch.py checkpoints/ckpt-00000600.h5 -o convnet.pt
+  tools/export_to_pytorch.py checkpoints/ckpt-00000600.h5 --eval data/dataset   # prints JSON
+
+Needs Debian's python3-torch and python3-h5py (`make deps`). The checkpoint's /model group holds
+exactly the ConvNet's state_dict keys and shapes, so loading is a loop (see also the README).
+"""
+import argparse
+import json
+import os
+import sys
+
+import h5py
+import numpy as np
+import torch
+import torch.nn as nn
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from convnet_torch import ConvNet, find, read_idx  # noqa: E402
+
+
+def load_state_dict(path):
+    with h5py.File(path, "r") as f:
+        if f.attrs.get("format") != b"mnist_ddp-checkpoint" and f.attrs.get("format") != "mnist_ddp-checkpoint":
+            sys.exit(f"{path}: not an mnist_ddp checkpoint")
+        if int(f.attrs.get("complete", 0)) != 1:
+            sys.exit(f"{path}: incomplete checkpoint (the writer did not finish)")
+        sd = {k: torch.from_numpy(np.array(v)) for k, v in f["model"].items()}
+        meta = {k: (v.decode() if isinstance(v, bytes) else v.item() if hasattr(v, "item") else v)
+                for k, v in f.attrs.items() if k != "config"}
+    return sd, meta
+
+
+def evaluate(model, data_dir):
+    # mnist_ddp normalises with the training set's own mean/std; do the same.
+    train = read_idx(find(data_dir, "train-images-idx3-ubyte")).astype(np.float64) / 255.0
+    mean, std = train.mean(), train.std()
+    x = read_idx(find(data_dir, "t10k-images-idx3-ubyte")).astype(np.float32) / 255.0
+    y = torch.from_numpy(read_idx(find(data_dir, "t10k-labels-idx1-ubyte")).astype(np.int64))
+    x = torch.from_numpy((x - np.float32(mean)) / np.float32(std)).unsqueeze(1)
+    model.eval()
+    correct, loss = 0, 0.0
+    with torch.no_grad():
+        for b in range(0, len(y), 1000):
+            out = model(x[b:b + 1000])
+            correct += int((out.argmax(1) == y[b:b + 1000]).sum())
+            loss += float(nn.functional.cross_entropy(out, y[b:b + 1000], reduction="sum"))
+    return {"top1": correct / len(y), "correct": correct, "count": len(y), "loss": loss / len(y)}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("checkpoint")
+    ap.add_argument("-o", "--output", help="write the state_dict here (torch.save)")
+    ap.add_argument("--eval", metavar="DATA_DIR", help="evaluate on DATA_DIR's t10k files")
+    a = ap.parse_args()
+    sd, meta = load_state_dict(a.checkpoint)
+    model = ConvNet()
+    model.load_state_dict(sd)  # strict: every key and shape must match
+    if a.output:
+        torch.save(model.state_dict(), a.output)
+    result = {"checkpoint": a.checkpoint, "step": meta.get("step")}
+    if a.eval:
+        result.update(evaluate(model, a.eval))
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
