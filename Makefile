@@ -45,14 +45,14 @@ HDF5_LIBS := $(shell pkg-config --libs hdf5 2>/dev/null || echo -lhdf5)
 endif
 
 CUDA_HOME ?= /usr/local/cuda
+CUDNN_HOME ?= $(CUDA_HOME)
+NCCL_HOME ?= $(CUDA_HOME)
 NVCC ?= $(CUDA_HOME)/bin/nvcc
 NVCC_FOUND := $(shell test -x $(NVCC) && echo yes || echo no)
-# The CUDA backend lands with the GPU issue; until then every build is CPU-only (USE_CUDA=1 is a
-# clear error rather than a silent CPU build).
-USE_CUDA ?= 0
-ifeq ($(USE_CUDA),1)
-$(error USE_CUDA=1: the CUDA backend (src/cuda/) is not part of this version yet; build with USE_CUDA=0)
-endif
+# With nvcc present the binary holds both backends; USE_CUDA=0/1 forces either.
+USE_CUDA ?= $(if $(filter yes,$(NVCC_FOUND)),1,0)
+# Ampere and Hopper by default; e.g. CUDA_ARCH="-gencode arch=compute_100,code=sm_100" to add more.
+CUDA_ARCH ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90
 
 SPDLOG_CFLAGS := $(shell pkg-config --cflags spdlog 2>/dev/null)
 SPDLOG_LIBS := $(shell pkg-config --libs spdlog 2>/dev/null || echo -lspdlog -lfmt)
@@ -61,26 +61,44 @@ ARCH_FLAGS ?= -march=native
 CXXFLAGS ?= -O3 -g
 CXXFLAGS += -std=c++20 $(ARCH_FLAGS) -fopenmp-simd -Wall -Wextra -Wno-unused-parameter -pthread
 CPPFLAGS += -DOMPI_SKIP_MPICXX=1 -DMPICH_SKIP_MPICXX=1 -Iinclude $(BLAS_CFLAGS) $(DNNL_CFLAGS) $(HDF5_CFLAGS) $(SPDLOG_CFLAGS) -MMD -MP
-LDLIBS += $(DNNL_LIBS) $(HDF5_LIBS) $(BLAS_LIBS) $(SPDLOG_LIBS) -lz -lgomp -pthread
+LDLIBS += $(CUDA_LIBS) $(DNNL_LIBS) $(HDF5_LIBS) $(BLAS_LIBS) $(SPDLOG_LIBS) -lz -lgomp -pthread
 
-BUILD := build
+# BUILD/BIN let both configurations live side by side (CI builds USE_CUDA=0 in build/cpu-only).
+BUILD ?= build
+BIN ?= mnist_ddp
 # ---- sources -----------------------------------------------------------------------------------
+ifeq ($(USE_CUDA),1)
+LIB_SRCS := $(filter-out src/main.cpp src/cuda_stub.cpp,$(wildcard src/*.cpp src/cpu/*.cpp))
+CU_SRCS := $(wildcard src/cuda/*.cu)
+CUDA_LIBDIRS := $(sort $(CUDA_HOME)/lib64 $(CUDNN_HOME)/lib64 $(NCCL_HOME)/lib64)
+CUDA_LIBS := $(foreach d,$(CUDA_LIBDIRS),-L$(d) -Wl,-rpath,$(d)) -lcudnn -lcublas -lnccl -lcudart
+CUDA_INCLUDES := $(sort -I$(CUDA_HOME)/include -I$(CUDNN_HOME)/include -I$(NCCL_HOME)/include)
+NVCCFLAGS ?= -O3 -std=c++20 $(CUDA_ARCH) -lineinfo
+else
 LIB_SRCS := $(filter-out src/main.cpp,$(wildcard src/*.cpp src/cpu/*.cpp))
-LIB_OBJS := $(LIB_SRCS:%.cpp=$(BUILD)/%.o)
+CU_SRCS :=
+CUDA_LIBS :=
+CUDA_INCLUDES :=
+endif
+CU_OBJS := $(CU_SRCS:%.cu=$(BUILD)/%.o)
+LIB_OBJS := $(LIB_SRCS:%.cpp=$(BUILD)/%.o) $(CU_OBJS)
 MAIN_OBJ := $(BUILD)/src/main.o
 UNIT_SRCS := $(wildcard tests/unit/*.cpp)
+GTEST_INCLUDES := -I/usr/include
 UNIT_OBJS := $(UNIT_SRCS:%.cpp=$(BUILD)/%.o)
 MPI_TEST_SRCS := $(wildcard tests/mpi/*.cpp)
-MPI_TEST_OBJS := $(MPI_TEST_SRCS:%.cpp=$(BUILD)/%.o)
+MPI_TEST_CU := $(if $(filter 1,$(USE_CUDA)),$(wildcard tests/mpi/*.cu))
+MPI_TEST_OBJS := $(MPI_TEST_SRCS:%.cpp=$(BUILD)/%.o) $(MPI_TEST_CU:%.cu=$(BUILD)/%.o)
 BENCH_SRCS := $(wildcard bench/*.cpp)
 BENCH_OBJS := $(BENCH_SRCS:%.cpp=$(BUILD)/%.o)
 
+MPI_CFLAGS := $(shell $(MPICXX) --showme:compile 2>/dev/null)
 UNIT_BIN := $(BUILD)/tests/unit_tests
 MPI_TEST_BIN := $(BUILD)/tests/mpi_tests
 BENCH_BIN := $(BUILD)/bench/ops_bench
 
 .PHONY: all summary test test-only bench bench-only run deps data clean format help
-all: summary mnist_ddp
+all: summary $(BIN)
 
 summary:
 	@echo "mnist_ddp build configuration"
@@ -88,15 +106,21 @@ summary:
 	@echo "  BLAS    : OpenBLAS $(if $(OPENBLAS_HOME),in $(OPENBLAS_HOME),(system)) $$(test -n '$(OPENBLAS_HOME)' || (ldconfig -p | grep -q libopenblas && echo found || echo 'NOT FOUND (make deps)'))"
 	@echo "  oneDNN  : $(if $(DNNL_HOME),in $(DNNL_HOME),(system)) $$(test -n '$(DNNL_HOME)' || (ldconfig -p | grep -q libdnnl && echo found || echo 'NOT FOUND (make deps)'))"
 	@echo "  HDF5    : $(HDF5_FOUND) $(HDF5_LIBS) (checkpoints)"
-	@echo "  CUDA    : nvcc $(NVCC_FOUND) at $(CUDA_HOME); backend built: no (USE_CUDA=$(USE_CUDA))"
+	@echo "  CUDA    : nvcc $(NVCC_FOUND) at $(CUDA_HOME); backend built: $(if $(filter 1,$(USE_CUDA)),yes (cuDNN, cuBLAS, NCCL; $(CUDA_ARCH)),no) (USE_CUDA=$(USE_CUDA))"
 	@echo "  flags   : $(CXXFLAGS)"
 
-mnist_ddp: $(LIB_OBJS) $(MAIN_OBJ)
+$(BIN): $(LIB_OBJS) $(MAIN_OBJ)
 	$(CXX) $(CXXFLAGS) -o $@ $^ $(LDLIBS)
 
 $(BUILD)/%.o: %.cpp
 	@mkdir -p $(@D)
 	$(CXX) $(CPPFLAGS) $(CXXFLAGS) -c -o $@ $<
+
+# CUDA translation units: nvcc with the host compiler's MPI flags (nvcc cannot drive mpicxx).
+$(BUILD)/%.o: %.cu
+	@mkdir -p $(@D)
+	$(NVCC) $(NVCCFLAGS) $(CUDA_INCLUDES) -DOMPI_SKIP_MPICXX=1 -Iinclude $(MPI_CFLAGS) $(HDF5_CFLAGS) -MMD -MP -c -o $@ $<
+# (tests/mpi/*.cu use GoogleTest from the system include path, which nvcc searches too.)
 
 $(UNIT_BIN): $(UNIT_OBJS) $(LIB_OBJS)
 	$(CXX) $(CXXFLAGS) -o $@ $^ -lgtest -lgtest_main $(LDLIBS)
@@ -141,7 +165,7 @@ format:
 	clang-format -i include/mnist_ddp/*.hpp src/*.cpp src/cpu/*.cpp tests/unit/*.cpp tests/mpi/*.cpp bench/*.cpp
 
 clean:
-	rm -rf $(BUILD) mnist_ddp
+	rm -rf $(BUILD) $(BIN)
 
 help:
 	@echo "make          build ./mnist_ddp (prints what was found)"
@@ -152,4 +176,4 @@ help:
 	@echo "make data     prepare data/dataset (MNIST if downloadable, else Fashion-MNIST)"
 	@echo "make clean    remove build/ and ./mnist_ddp"
 
--include $(LIB_OBJS:.o=.d) $(MAIN_OBJ:.o=.d) $(UNIT_OBJS:.o=.d) $(MPI_TEST_OBJS:.o=.d) $(BENCH_OBJS:.o=.d)
+-include $(CU_OBJS:.o=.d) $(LIB_OBJS:.o=.d) $(MAIN_OBJ:.o=.d) $(UNIT_OBJS:.o=.d) $(MPI_TEST_OBJS:.o=.d) $(BENCH_OBJS:.o=.d)

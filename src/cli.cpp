@@ -38,6 +38,7 @@ struct EnumText {
   std::string lr_schedule = "constant";
   std::string device = "auto";
   std::string cpu_kernels = "onednn";
+  std::string comm = "auto";
   std::string progress = "auto";
 };
 
@@ -82,6 +83,10 @@ void build(CLI::App& app, Config& c, EnumText& t) {
   app.add_option("--cpu-kernels", t.cpu_kernels,
                  "CPU backend: onednn (fast) | reference (im2col + OpenBLAS, the test oracle)")
       ->check(CLI::IsMember({"onednn", "reference"}));
+  app.add_option(
+         "--comm", t.comm,
+         "auto (nccl on cuda, mpi on cpu) | nccl | mpi (host-staged; lets ranks share a GPU)")
+      ->check(CLI::IsMember({"auto", "nccl", "mpi"}));
   app.add_option("--threads", c.threads,
                  "BLAS threads per rank (0: usable cores / ranks on this node)")
       ->check(CLI::Range(0, 1024));
@@ -141,6 +146,9 @@ ParseOutcome parse_cli(int argc, char** argv, Config& cfg, bool print) {
   cfg.lr_schedule = schedules.at(text.lr_schedule);
   cfg.device = devices.at(text.device);
   cfg.cpu_kernels = text.cpu_kernels == "onednn" ? CpuKernels::OneDnn : CpuKernels::Reference;
+  cfg.comm = text.comm == "nccl"  ? CommChoice::Nccl
+             : text.comm == "mpi" ? CommChoice::Mpi
+                                  : CommChoice::Auto;
   cfg.progress = progress.at(text.progress);
   if (cfg.nesterov && (cfg.momentum <= 0 || cfg.dampening != 0)) {
     throw UserError("--nesterov needs --momentum > 0 and --dampening 0 (as torch.optim.SGD)");

@@ -1,8 +1,10 @@
 // cuda_stub.cpp — linked instead of src/cuda/ in a CPU-only build (USE_CUDA=0): the CUDA seam
 // answers "built without CUDA" instead of the binary failing to link or to start.
 #include <memory>
+#include <string>
 
 #include "mnist_ddp/check.hpp"
+#include "mnist_ddp/comm.hpp"
 #include "mnist_ddp/device.hpp"
 #include "mnist_ddp/ops.hpp"
 
@@ -18,6 +20,16 @@ void* cuda_alloc(std::size_t) {
   throw UserError("this mnist_ddp was built without CUDA; device memory is unavailable");
 }
 void cuda_free(void*) {}
+void use_cuda_device(int) {
+  throw UserError("this mnist_ddp was built without CUDA");
+}
+std::string cuda_device_description(int) {
+  return "";
+}
+void release_cuda_device() {}
+std::unique_ptr<Comm> make_nccl_comm() {
+  throw UserError("--comm nccl: this mnist_ddp was built without CUDA (make USE_CUDA=1)");
+}
 std::unique_ptr<Ops> make_cuda_ops() {
   throw UserError(
       "this mnist_ddp was built without CUDA (make USE_CUDA=1 to build the GPU backend)");

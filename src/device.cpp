@@ -1,6 +1,8 @@
 // device.cpp — --device resolution (backend-independent part).
 #include "mnist_ddp/device.hpp"
 
+#include <fmt/format.h>
+
 #include "mnist_ddp/check.hpp"
 
 namespace mnist_ddp {
@@ -25,6 +27,21 @@ Device resolve_device(DeviceChoice choice) {
       return Device::Cuda;
   }
   return Device::Cpu;
+}
+
+int choose_gpu(int local_rank, int local_size, int visible, bool exclusive) {
+  if (visible <= 0) {
+    throw UserError("--device cuda: no usable GPU is visible to this process");
+  }
+  if (visible == 1) return 0;
+  if (local_size <= visible) return local_rank;
+  if (exclusive) {
+    throw UserError(fmt::format(
+        "--comm nccl needs one GPU per rank, but {} ranks on this node see {} GPUs. Launch at most "
+        "{} ranks per node, or use --comm mpi to let ranks share GPUs",
+        local_size, visible, visible));
+  }
+  return static_cast<int>(static_cast<long>(local_rank) * visible / local_size);
 }
 
 const char* to_string(Device d) {

@@ -53,7 +53,23 @@ int run(int argc, char** argv, int rank, int world, const MpiLocality& locality,
   if (outcome == ParseOutcome::ExitOk) return kExitOk;
 
   Device device = Device::Cpu;
-  run_agreed(*comm, [&] { device = resolve_device(cfg.device); });
+  run_agreed(*comm, [&] {
+    device = resolve_device(cfg.device);
+    if (device == Device::Cpu && cfg.comm == CommChoice::Nccl) {
+      throw UserError("--comm nccl works on GPU memory: use it with --device cuda (or --comm mpi)");
+    }
+  });
+  // GPU pinning comes before any other CUDA call that touches a device (DESIGN.md §5).
+  std::string device_text = to_string(device);
+  const bool use_nccl = device == Device::Cuda && cfg.comm != CommChoice::Mpi;
+  if (device == Device::Cuda) {
+    int gpu = 0;
+    run_agreed(*comm, [&] {
+      gpu = choose_gpu(id.local_rank, id.local_size, cuda_device_count(), use_nccl);
+    });
+    use_cuda_device(gpu);
+    device_text = fmt::format("cuda:{} {}", gpu, cuda_device_description(gpu));
+  }
   const int threads =
       cfg.threads > 0 ? cfg.threads : std::max(1, usable_cores() / std::max(1, id.local_size));
   if (cfg.print_env) {
@@ -66,7 +82,7 @@ int run(int argc, char** argv, int rank, int world, const MpiLocality& locality,
     return kExitOk;
   }
   std::printf("# rank %d/%d local %d host %s pid %ld device %s\n", rank, world, id.local_rank,
-              host.c_str(), id.pid, to_string(device));
+              host.c_str(), id.pid, device_text.c_str());
   std::fflush(stdout);
   set_compute_threads(threads);
 
@@ -100,7 +116,11 @@ int run(int argc, char** argv, int rank, int world, const MpiLocality& locality,
       "std {:.4f})",
       data.name, data.dir, data.train.count, data.test.count, data.crc32, data.mean, data.std));
 
-  std::unique_ptr<Ops> ops = make_ops(device, cfg.cpu_kernels);
+  // Collective (NCCL bootstrap through MPI) when the gradients will live on the GPU.
+  std::unique_ptr<Comm> device_comm;
+  if (use_nccl) device_comm = make_nccl_comm();
+  std::unique_ptr<Ops> ops;
+  run_agreed(*comm, [&] { ops = make_ops(device, cfg.cpu_kernels); });
   const int max_batch = std::max(cfg.batch_size, cfg.eval_batch_size);
   ConvNet model(*ops, max_batch);
   if (rank == 0) model.init(cfg.seed);
@@ -202,7 +222,9 @@ int main(int argc, char** argv) {
     // Unexpected on this rank only: the others may be inside a collective, so end the whole job.
     fail_internal(e.what(), __FILE__, __LINE__);
   }
-  // Teardown in order: (NCCL communicator, CUDA context: GPU backend) then MPI.
+  // Teardown in order: the NCCL communicator went with run()'s scope, then the CUDA context,
+  // then MPI.
+  release_cuda_device();
   mpi_finalize();
   return code;
 }

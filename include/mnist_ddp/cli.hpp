@@ -11,6 +11,7 @@
 namespace mnist_ddp {
 
 enum class Progress { Auto, On, Off };
+enum class CommChoice { Auto, Nccl, Mpi };
 
 struct Config {
   std::string data_dir = "data/dataset";
@@ -34,6 +35,7 @@ struct Config {
   bool shuffle = true;
   DeviceChoice device = DeviceChoice::Auto;
   CpuKernels cpu_kernels = CpuKernels::OneDnn;
+  CommChoice comm = CommChoice::Auto;  // auto: NCCL on cuda, MPI on cpu
   int threads = 1;  // BLAS threads per rank; 0: usable cores / ranks on this node
   std::string log_dir = "logging";
   std::string checkpoint_dir = "checkpoints";

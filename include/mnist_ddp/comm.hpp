@@ -23,8 +23,9 @@ class Comm {
   void allreduce(std::span<double> data, ReduceOp op);
   void allreduce(std::span<std::int32_t> data, ReduceOp op);
   void allreduce(std::span<std::int64_t> data, ReduceOp op);
-  // Sum over ranks, then divide by the world size (DDP gradient averaging).
-  void allreduce_avg(std::span<float> data);
+  // Sum over ranks, then divide by the world size (DDP gradient averaging). Virtual because the
+  // division must run where the data lives (NCCL: on the device).
+  virtual void allreduce_avg(std::span<float> data);
 
   void broadcast(std::span<float> data, int root);
   void broadcast(std::span<double> data, int root);
@@ -54,5 +55,9 @@ class Comm {
 
 // Host-memory collectives over MPI_COMM_WORLD.
 std::unique_ptr<Comm> make_mpi_comm();
+// Device-memory collectives over NCCL on their own CUDA stream, bootstrapped from MPI: rank 0
+// calls ncclGetUniqueId, MPI_Bcast hands it to every rank, each calls ncclCommInitRank. Call
+// after the GPU is selected. A "built without CUDA" UserError in a CPU-only build.
+std::unique_ptr<Comm> make_nccl_comm();
 
 }  // namespace mnist_ddp

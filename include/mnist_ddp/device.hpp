@@ -18,6 +18,20 @@ int cuda_device_count();
 void* cuda_alloc(std::size_t bytes);
 void cuda_free(void* p);
 
+// GPU choice of DESIGN.md §5, as a pure function (unit-tested without a GPU): with one visible
+// GPU (Slurm bound one per task, or ranks share it) use it; with at least as many GPUs as local
+// ranks, local_rank; with fewer, an error when each rank needs its own GPU (NCCL), else blocks of
+// consecutive local ranks share one (local_rank * visible / local_size).
+int choose_gpu(int local_rank, int local_size, int visible, bool exclusive);
+
+// cudaSetDevice + context creation: the first CUDA call that touches a device (build with CUDA).
+void use_cuda_device(int index);
+// Teardown step of main (after NCCL, before MPI_Finalize): releases this process's CUDA context
+// if it created one. No-op in a build without CUDA.
+void release_cuda_device();
+// "NVIDIA H100 80GB HBM3 (pci 0000:1a:00.0)"; empty in a build without CUDA.
+std::string cuda_device_description(int index);
+
 // Resolves --device: auto -> cuda when built with CUDA and a GPU is visible, else cpu. An explicit
 // `cuda` that cannot be honoured is a UserError that says why.
 Device resolve_device(DeviceChoice choice);

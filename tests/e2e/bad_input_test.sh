@@ -29,7 +29,8 @@ expect_error label_out_of_range "label 12 at index 5" --data "$TMP/fx/label_rang
 expect_error corrupt_gzip "train-images-idx3-ubyte.gz" --data "$TMP/fx/corrupt_gz"
 expect_error missing_file "missing t10k-images-idx3-ubyte" --data "$TMP/fx/missing_file"
 expect_error swapped_files "are the images and labels files swapped" --data "$TMP/fx/swapped"
-expect_error device_cuda "built without CUDA" --data "$TMP/fx/valid" --device cuda
+expect_error device_cuda "--device cuda: " --data "$TMP/fx/valid" --device cuda
+expect_error comm_nccl_on_cpu "--comm nccl works on GPU memory" --data "$TMP/fx/valid" --device cpu --comm nccl
 touch "$TMP/afile"
 expect_error unwritable_log_dir "--log-dir" --data "$TMP/fx/valid" --log-dir "$TMP/afile/sub"
 

@@ -57,7 +57,9 @@ TEST(ConvNet, DefaultInitBoundsAndDeterminism) {
     double mx = 0;
     for (std::size_t i = 0; i < e.numel; ++i) mx = std::max(mx, std::abs(double(p[i])));
     EXPECT_LE(mx, bound) << e.name;
-    if (e.numel > 100) EXPECT_GT(mx, 0.9 * bound) << e.name;  // fills the range
+    if (e.numel > 100) {
+      EXPECT_GT(mx, 0.9 * bound) << e.name;  // fills the range
+    }
   }
   b.init(10);
   EXPECT_FALSE(std::equal(a.params().begin(), a.params().end(), b.params().begin()));

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "mnist_ddp/check.hpp"
+#include "mnist_ddp/device.hpp"
 #include "mnist_ddp/runtime.hpp"
 
 namespace mnist_ddp {
@@ -86,6 +87,26 @@ TEST(Runtime, SplitTypeIsTheFallbackForLocalRank) {
   const Identity id = derive_identity(3, 4, loc(1, 2), {}, "h", 1);
   EXPECT_EQ(id.local_rank, 1);
   EXPECT_FALSE(id.derivation.empty());
+}
+
+TEST(GpuChoice, FollowsTheDesignRule) {
+  // One visible GPU (Slurm bound one per task, or ranks share it): use it.
+  EXPECT_EQ(choose_gpu(3, 4, 1, true), 0);
+  // Enough GPUs: local rank.
+  EXPECT_EQ(choose_gpu(0, 4, 4, true), 0);
+  EXPECT_EQ(choose_gpu(3, 4, 8, true), 3);
+  // Fewer GPUs than local ranks: NCCL refuses, MPI shares in blocks (not rank % n).
+  EXPECT_THROW(choose_gpu(0, 8, 4, true), UserError);
+  EXPECT_EQ(choose_gpu(0, 8, 4, false), 0);
+  EXPECT_EQ(choose_gpu(1, 8, 4, false), 0);
+  EXPECT_EQ(choose_gpu(2, 8, 4, false), 1);
+  EXPECT_EQ(choose_gpu(7, 8, 4, false), 3);
+  EXPECT_THROW(choose_gpu(0, 1, 0, false), UserError);
+  try {
+    choose_gpu(0, 8, 4, true);
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("--comm mpi"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

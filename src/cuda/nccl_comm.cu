@@ -1,0 +1,110 @@
+// nccl_comm.cu — NcclComm: Comm over NCCL on device memory, on its own CUDA stream, bootstrapped
+// from MPI (rank 0: ncclGetUniqueId -> MPI_Bcast -> every rank: ncclCommInitRank; no ports).
+// Every call completes before returning (stream synchronised), like MpiComm; the overlapped
+// Reducer drives the stream itself.
+#include <mpi.h>
+
+#include <cstdlib>
+
+#include "mnist_ddp/check.hpp"
+#include "mnist_ddp/comm.hpp"
+#include "mnist_ddp/cuda_check.hpp"
+
+namespace mnist_ddp {
+namespace {
+
+ncclDataType_t to_nccl(DType t) {
+  switch (t) {
+    case DType::F32: return ncclFloat32;
+    case DType::F64: return ncclFloat64;
+    case DType::I32: return ncclInt32;
+    case DType::I64: return ncclInt64;
+    case DType::U64: return ncclUint64;
+    case DType::U8: return ncclUint8;
+  }
+  return ncclFloat32;
+}
+
+ncclRedOp_t to_nccl(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Sum: return ncclSum;
+    case ReduceOp::Max: return ncclMax;
+    case ReduceOp::Min: return ncclMin;
+  }
+  return ncclSum;
+}
+
+__global__ void divide_kernel(float* x, std::size_t n, float by) {
+  const std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
+  if (i < n) x[i] = x[i] / by;
+}
+
+class NcclComm final : public Comm {
+ public:
+  NcclComm() {
+    MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank_));
+    MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &size_));
+    ncclUniqueId id{};
+    if (rank_ == 0) NCCL_CHECK(ncclGetUniqueId(&id));
+    // Collective (MPI): the one piece of bootstrap state NCCL needs, no ports or files.
+    MPI_CHECK(MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD));
+    CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    NCCL_CHECK(ncclCommInitRank(&comm_, size_, id, rank_));
+  }
+  ~NcclComm() override {
+    // Teardown order: the communicator before the stream (and both before MPI_Finalize in main).
+    if (comm_ != nullptr) ncclCommDestroy(comm_);
+    if (stream_ != nullptr) cudaStreamDestroy(stream_);
+  }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+
+  void barrier() override {
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
+  }
+  [[noreturn]] void abort(int code) override {
+    // ncclCommAbort releases peers blocked in a collective; MPI_Abort ends the processes.
+    if (comm_ != nullptr) ncclCommAbort(comm_);
+    comm_ = nullptr;
+    MPI_Abort(MPI_COMM_WORLD, code);
+    std::abort();
+  }
+  void allreduce_avg(std::span<float> d) override {
+    allreduce(d, ReduceOp::Sum);
+    if (d.empty()) return;
+    // Sum, then divide (not multiply by 1/size), on the device, in the communicator's stream.
+    const unsigned blocks = static_cast<unsigned>((d.size() + 255) / 256);
+    divide_kernel<<<blocks, 256, 0, stream_>>>(d.data(), d.size(), static_cast<float>(size_));
+    CUDA_CHECK(cudaGetLastError());
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+
+ protected:
+  void allreduce_raw(void* data, std::size_t count, DType type, ReduceOp op) override {
+    if (count == 0) return;
+    NCCL_CHECK(ncclAllReduce(data, data, count, to_nccl(type), to_nccl(op), comm_, stream_));
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+  void broadcast_raw(void* data, std::size_t count, DType type, int root) override {
+    if (count == 0) return;
+    NCCL_CHECK(ncclBroadcast(data, data, count, to_nccl(type), root, comm_, stream_));
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+  void allgather_raw(const void* send, void* recv, std::size_t count, DType type) override {
+    NCCL_CHECK(ncclAllGather(send, recv, count, to_nccl(type), comm_, stream_));
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+
+ private:
+  int rank_ = 0;
+  int size_ = 1;
+  ncclComm_t comm_ = nullptr;
+  cudaStream_t stream_ = nullptr;
+};
+
+}  // namespace
+
+std::unique_ptr<Comm> make_nccl_comm() { return std::make_unique<NcclComm>(); }
+
+}  // namespace mnist_ddp
