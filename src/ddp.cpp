@@ -21,17 +21,17 @@ std::uint64_t fnv1a(std::uint64_t h, const void* data, std::size_t bytes) {
 }
 }  // namespace
 
-void broadcast_model(Comm& comm, ConvNet& model) {
+void broadcast_model(Comm& comm, ConvNet& model, Comm& host_comm) {
   // Collective: every replica starts from rank 0's initial weights.
   comm.broadcast(model.params(), 0);
-  broadcast_buffers(comm, model);
+  broadcast_buffers(comm, model, host_comm);
 }
 
-void broadcast_buffers(Comm& comm, ConvNet& model) {
+void broadcast_buffers(Comm& comm, ConvNet& model, Comm& host_comm) {
   // Collective: BN running statistics follow rank 0 (DDP's default), so every replica and every
   // evaluation agree.
   comm.broadcast(model.buffers(), 0);
-  comm.broadcast(model.num_batches_tracked(), 0);
+  host_comm.broadcast(model.num_batches_tracked(), 0);
 }
 
 void average_gradients(Comm& comm, ConvNet& model) {
@@ -44,10 +44,12 @@ std::uint64_t replica_hash(ConvNet& model) {
   std::uint64_t h = 0xcbf29ce484222325ULL;
   // Parameters only: BN running statistics are rank-local between DDP's broadcasts (each rank's
   // last forward updated them from its own batch), exactly as in PyTorch.
-  return fnv1a(h, model.params().data(), model.params().size_bytes());
+  std::vector<float> host(model.params().size());
+  model.ops().download(model.params().data(), host.data(), host.size() * sizeof(float));
+  return fnv1a(h, host.data(), host.size() * sizeof(float));
 }
 
-void check_replicas(Comm& comm, ConvNet& model, std::int64_t step) {
+void check_replicas(Comm& comm, ConvNet& model, std::int64_t step) {  // comm: host memory
   const std::uint64_t mine = replica_hash(model);
   std::vector<std::uint64_t> all(static_cast<std::size_t>(comm.size()));
   // Collective: every rank sees every hash, so all ranks reach the same verdict together.

@@ -121,12 +121,18 @@ int run(int argc, char** argv, int rank, int world, const MpiLocality& locality,
   if (use_nccl) device_comm = make_nccl_comm();
   std::unique_ptr<Ops> ops;
   run_agreed(*comm, [&] { ops = make_ops(device, cfg.cpu_kernels); });
+  // Collectives on the model's memory: MPI on CPU; on a GPU, NCCL or host-staged MPI.
+  std::unique_ptr<Comm> staged_comm;
+  if (device == Device::Cuda && !use_nccl) staged_comm = make_host_staged_comm();
+  Comm& data_comm = use_nccl ? *device_comm : staged_comm ? *staged_comm : *comm;
+  ops->load_dataset(Ops::kTrain, data.train);  // once: device-resident on a GPU
+  ops->load_dataset(Ops::kTest, data.test);
   const int max_batch = std::max(cfg.batch_size, cfg.eval_batch_size);
   ConvNet model(*ops, max_batch);
   if (rank == 0) model.init(cfg.seed);
-  broadcast_model(*comm, model);
+  broadcast_model(data_comm, model, *comm);
 
-  Trainer trainer(cfg, *comm, *ops, model, data, *log);
+  Trainer trainer(cfg, *comm, data_comm, *ops, model, data, *log);
   const CheckpointLayout layout = checkpoint_layout(model);
   std::optional<TrainingState> resume;
   run_agreed(*comm, [&] {

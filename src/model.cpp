@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "mnist_ddp/check.hpp"
 #include "mnist_ddp/rng.hpp"
@@ -114,10 +115,11 @@ std::pair<std::size_t, std::size_t> ConvNet::layer_range(int layer) const {
 }
 
 void ConvNet::init(std::uint64_t seed) {
-  MNIST_DDP_CHECK(ops_.device() == Device::Cpu, "init on host memory (copy to device afterwards)");
+  // Drawn on the host in state_dict order (the PRNG is specified), then placed in backend memory.
+  std::vector<float> host_params(params_.numel()), host_buffers(buffers_.numel());
   SplitMix64 rng(seed);
   for (const auto& e : param_entries_) {
-    float* p = params_.data() + e.offset;
+    float* p = host_params.data() + e.offset;
     const bool is_bn = e.name.find(".1.") != std::string::npos;
     if (is_bn) {
       const bool weight = e.name.ends_with("weight");
@@ -135,10 +137,12 @@ void ConvNet::init(std::uint64_t seed) {
     for (std::size_t i = 0; i < e.numel; ++i) p[i] = rng.uniform(-bound, bound);
   }
   for (const auto& e : buffer_entries_) {
-    float* b = buffers_.data() + e.offset;
+    float* b = host_buffers.data() + e.offset;
     const float v = e.name.ends_with("running_var") ? 1.0f : 0.0f;
     for (std::size_t i = 0; i < e.numel; ++i) b[i] = v;
   }
+  ops_.upload(host_params.data(), params_.data(), host_params.size() * sizeof(float));
+  ops_.upload(host_buffers.data(), buffers_.data(), host_buffers.size() * sizeof(float));
   num_batches_tracked_ = {0, 0};
 }
 

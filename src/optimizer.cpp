@@ -42,7 +42,7 @@ void Sgd::step(std::span<float> params, std::span<const float> grads, double lr)
 
 void Sgd::restore(std::span<const float> momentum, std::int64_t steps) {
   MNIST_DDP_CHECK(momentum.size() == buf_.numel(), "momentum buffer of another size");
-  std::copy(momentum.begin(), momentum.end(), buf_.data());
+  ops_.upload(momentum.data(), buf_.data(), momentum.size_bytes());
   steps_ = steps;
 }
 

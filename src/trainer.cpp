@@ -45,10 +45,11 @@ std::string fmt_eta(double s) {
 
 }  // namespace
 
-Trainer::Trainer(const Config& cfg, Comm& comm, Ops& ops, ConvNet& model, const DataSplit& data,
-                 Logger& log)
+Trainer::Trainer(const Config& cfg, Comm& comm, Comm& data_comm, Ops& ops, ConvNet& model,
+                 const DataSplit& data, Logger& log)
     : cfg_(cfg),
       comm_(comm),
+      data_comm_(data_comm),
       ops_(ops),
       model_(model),
       data_(data),
@@ -67,20 +68,25 @@ Trainer::Trainer(const Config& cfg, Comm& comm, Ops& ops, ConvNet& model, const 
   lr_.warmup_steps = cfg.warmup_steps;
   lr_.total_steps = total_steps_;
   lr_.min_lr = cfg.min_lr;
-  const std::size_t max_batch = static_cast<std::size_t>(model.max_batch());
-  x_.resize(max_batch * kImagePixels);
-  y_.resize(max_batch);
-  dlogits_.resize(max_batch * kClasses);
+  const int max_batch = model.max_batch();
+  x_ = Tensor({max_batch, kImagePixels}, ops.device());
+  dlogits_ = Tensor({max_batch, kClasses}, ops.device());
+  y_ = reinterpret_cast<std::int32_t*>(
+      ops.alloc_bytes(static_cast<std::size_t>(max_batch) * sizeof(std::int32_t)));
+}
+
+Trainer::~Trainer() {
+  ops_.free_bytes(reinterpret_cast<std::uint8_t*>(y_));
 }
 
 double Trainer::step(const float* x, const std::int32_t* y, int n, Mode mode) {
   // Collective: DDP's broadcast_buffers — rank 0's BN running statistics before each forward.
-  broadcast_buffers(comm_, model_);
+  broadcast_buffers(data_comm_, model_, comm_);
   const float* logits = model_.forward(x, n, mode);
   // Mean loss over the local batch; averaging the gradients over ranks gives the global mean.
   const double loss = ops_.softmax_cross_entropy(n, kClasses, logits, y, dlogits_.data(), 1.0 / n);
   model_.backward(dlogits_.data(), nullptr);
-  average_gradients(comm_, model_);
+  average_gradients(data_comm_, model_);
   last_lr_ = learning_rate(lr_, step_, epoch_);
   sgd_.step(model_.params(), model_.grads(), last_lr_);
   ++step_;
@@ -89,22 +95,22 @@ double Trainer::step(const float* x, const std::int32_t* y, int n, Mode mode) {
 
 EvalResult Trainer::evaluate() {
   // Collective: evaluate the model every replica (and a checkpoint) would hold.
-  broadcast_buffers(comm_, model_);
+  broadcast_buffers(data_comm_, model_, comm_);
   const Shard shard = eval_shard(data_.test.count, comm_.rank(), comm_.size());
-  std::vector<std::int64_t> idx;
+  std::vector<std::int64_t> order(static_cast<std::size_t>(shard.end - shard.begin));
+  for (std::size_t i = 0; i < order.size(); ++i)
+    order[i] = shard.begin + static_cast<std::int64_t>(i);
+  ops_.set_order(Ops::kTest, order);
   double acc[4] = {0, 0, 0, 0};  // loss sum, top1, top5, count
-  std::vector<float> x(static_cast<std::size_t>(cfg_.eval_batch_size) * kImagePixels);
-  std::vector<std::int32_t> y(static_cast<std::size_t>(cfg_.eval_batch_size));
   const int chunk = std::min(cfg_.eval_batch_size, model_.max_batch());
-  for (std::int64_t b = shard.begin; b < shard.end; b += chunk) {
-    const int n = static_cast<int>(std::min<std::int64_t>(chunk, shard.end - b));
-    idx.resize(static_cast<std::size_t>(n));
-    for (int i = 0; i < n; ++i) idx[static_cast<std::size_t>(i)] = b + i;
-    gather_batch(data_.test, idx, data_.mean, data_.std, x.data(), y.data());
-    const float* logits = model_.forward(x.data(), n, Mode::Eval);
-    acc[0] += ops_.softmax_cross_entropy(n, kClasses, logits, y.data(), nullptr, 1.0);
-    acc[1] += ops_.topk_correct(n, kClasses, logits, y.data(), 1);
-    acc[2] += ops_.topk_correct(n, kClasses, logits, y.data(), 5);
+  for (std::int64_t b = 0; b < static_cast<std::int64_t>(order.size()); b += chunk) {
+    const int n = static_cast<int>(
+        std::min<std::int64_t>(chunk, static_cast<std::int64_t>(order.size()) - b));
+    ops_.gather(Ops::kTest, b, n, data_.mean, data_.std, x_.data(), y_);
+    const float* logits = model_.forward(x_.data(), n, Mode::Eval);
+    acc[0] += ops_.softmax_cross_entropy(n, kClasses, logits, y_, nullptr, 1.0);
+    acc[1] += ops_.topk_correct(n, kClasses, logits, y_, 1);
+    acc[2] += ops_.topk_correct(n, kClasses, logits, y_, 5);
     acc[3] += n;
   }
   // Collective: exact totals over the disjoint shards (every test image counted once).
@@ -147,8 +153,8 @@ void Trainer::log_window(std::int64_t epoch, double elapsed) {
 }
 
 void Trainer::resume_from(const TrainingState& s) {
-  std::copy(s.params.begin(), s.params.end(), model_.params().begin());
-  std::copy(s.buffers.begin(), s.buffers.end(), model_.buffers().begin());
+  ops_.upload(s.params.data(), model_.params().data(), s.params.size() * sizeof(float));
+  ops_.upload(s.buffers.data(), model_.buffers().data(), s.buffers.size() * sizeof(float));
   std::copy(s.num_batches_tracked.begin(), s.num_batches_tracked.end(),
             model_.num_batches_tracked().begin());
   sgd_.restore(s.momentum, s.optimizer_steps);
@@ -174,11 +180,15 @@ TrainingState Trainer::state() const {
   s.config_json = config_json(cfg_);
   s.program_version = kVersion;
   auto& model = const_cast<ConvNet&>(model_);
-  s.params.assign(model.params().begin(), model.params().end());
-  s.buffers.assign(model.buffers().begin(), model.buffers().end());
+  s.params.resize(model.params().size());
+  s.buffers.resize(model.buffers().size());
+  s.momentum.resize(sgd_.momentum_buffer().size());
+  ops_.download(model.params().data(), s.params.data(), s.params.size() * sizeof(float));
+  ops_.download(model.buffers().data(), s.buffers.data(), s.buffers.size() * sizeof(float));
+  ops_.download(sgd_.momentum_buffer().data(), s.momentum.data(),
+                s.momentum.size() * sizeof(float));
   s.num_batches_tracked.assign(model.num_batches_tracked().begin(),
                                model.num_batches_tracked().end());
-  s.momentum.assign(sgd_.momentum_buffer().begin(), sgd_.momentum_buffer().end());
   s.optimizer_steps = sgd_.steps_taken();
   static const char* kSched[] = {"constant", "step", "cosine"};
   s.lr_schedule = kSched[static_cast<int>(cfg_.lr_schedule)];
@@ -228,13 +238,14 @@ TrainResult Trainer::run() {
   while (epoch_ < cfg_.epochs && step_ < total_steps_) {
     sampler.set_epoch(epoch_);
     const std::vector<std::int64_t> order = sampler.indices();
+    // Once per epoch: the backend keeps the order next to the data (no per-step upload).
+    ops_.set_order(Ops::kTrain, order);
     auto t0 = Clock::now();
     while (offset_ < static_cast<std::int64_t>(order.size()) && step_ < total_steps_) {
       const auto b = static_cast<std::size_t>(offset_);
       const int n = static_cast<int>(std::min<std::size_t>(cfg_.batch_size, order.size() - b));
-      gather_batch(data_.train, std::span<const std::int64_t>(order).subspan(b, n), data_.mean,
-                   data_.std, x_.data(), y_.data());
-      const double loss = step(x_.data(), y_.data(), n);
+      ops_.gather(Ops::kTrain, offset_, n, data_.mean, data_.std, x_.data(), y_);
+      const double loss = step(x_.data(), y_, n);
       offset_ += n;
       window_loss_ += loss;
       window_images_ += n;

@@ -59,5 +59,8 @@ std::unique_ptr<Comm> make_mpi_comm();
 // calls ncclGetUniqueId, MPI_Bcast hands it to every rank, each calls ncclCommInitRank. Call
 // after the GPU is selected. A "built without CUDA" UserError in a CPU-only build.
 std::unique_ptr<Comm> make_nccl_comm();
+// MPI collectives on device memory, staged through host buffers (--comm mpi on a GPU: lets
+// several ranks share one GPU). "Built without CUDA" in a CPU-only build.
+std::unique_ptr<Comm> make_host_staged_comm();
 
 }  // namespace mnist_ddp

@@ -10,17 +10,20 @@
 
 namespace mnist_ddp {
 
+// The Comm passed to broadcast_*/average_gradients works on the model's memory (MPI for CPU,
+// NCCL or host-staged MPI for a GPU). num_batches_tracked is host memory and goes separately.
 // Parameters, BN buffers and num_batches_tracked from rank 0 to every rank.
-void broadcast_model(Comm& comm, ConvNet& model);
+void broadcast_model(Comm& comm, ConvNet& model, Comm& host_comm);
 // BN running statistics from rank 0 (DDP's broadcast_buffers=True, before every forward).
-void broadcast_buffers(Comm& comm, ConvNet& model);
+void broadcast_buffers(Comm& comm, ConvNet& model, Comm& host_comm);
 // grads = sum over ranks / world, one all-reduce of the whole arena.
 void average_gradients(Comm& comm, ConvNet& model);
 
-// FNV-1a 64 over the bytes of the parameters (BN buffers are rank-local between broadcasts).
+// FNV-1a 64 over the bytes of the parameters (BN buffers are rank-local between broadcasts);
+// read from backend memory through the model's Ops.
 std::uint64_t replica_hash(ConvNet& model);
-// All-gathers replica_hash; if any rank differs from rank 0, throws UserError (exit code
-// kExitReplicaDiverged) on every rank naming the diverged ranks and the step.
-void check_replicas(Comm& comm, ConvNet& model, std::int64_t step);
+// All-gathers replica_hash over the host comm; if any rank differs from rank 0, throws UserError
+// (exit code kExitReplicaDiverged) on every rank naming the diverged ranks and the step.
+void check_replicas(Comm& host_comm, ConvNet& model, std::int64_t step);
 
 }  // namespace mnist_ddp

@@ -3,6 +3,8 @@
 // loss, top-k, SGD, BN eval statistics, byte buffers). The CPU backends derive from it.
 #pragma once
 
+#include <vector>
+
 #include "mnist_ddp/ops.hpp"
 
 namespace mnist_ddp {
@@ -24,6 +26,16 @@ class HostOps : public Ops {
                 bool first_step) override;
   std::uint8_t* alloc_bytes(std::size_t n) override;
   void free_bytes(std::uint8_t* p) override;
+  void upload(const void* host, void* backend, std::size_t bytes) override;
+  void download(const void* backend, void* host, std::size_t bytes) override;
+  void load_dataset(int slot, const Dataset& d) override;
+  void set_order(int slot, std::span<const std::int64_t> order) override;
+  void gather(int slot, std::int64_t offset, int n, float mean, float std, float* x,
+              std::int32_t* y) override;
+
+ private:
+  const Dataset* data_[2] = {nullptr, nullptr};  // host memory is backend memory: no copy
+  std::vector<std::int64_t> order_[2];
 };
 
 }  // namespace mnist_ddp

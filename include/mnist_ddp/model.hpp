@@ -51,6 +51,7 @@ class ConvNet {
   // on_ready(layer) fires when layer's gradients are final: 2 (fc), then 1, then 0.
   void backward(const float* dlogits, const std::function<void(int layer)>& on_ready);
 
+  // Views of backend memory (device memory on a GPU backend: copy with Ops::download to read).
   std::span<float> params() { return {params_.data(), params_.numel()}; }
   std::span<float> grads() { return {grads_.data(), grads_.numel()}; }
   // running_mean / running_var of both BN layers (float), and their num_batches_tracked.
@@ -62,6 +63,7 @@ class ConvNet {
   // [offset, offset+count) of a layer's parameters (and gradients) in the arena.
   std::pair<std::size_t, std::size_t> layer_range(int layer) const;
   int max_batch() const { return max_batch_; }
+  Ops& ops() { return ops_; }
 
  private:
   struct Block;  // conv -> BN -> ReLU -> pool, with its activations

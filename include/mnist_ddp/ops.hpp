@@ -13,8 +13,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 
 #include "mnist_ddp/cpu_ops.hpp"
+#include "mnist_ddp/dataset.hpp"
 #include "mnist_ddp/device.hpp"
 
 namespace mnist_ddp {
@@ -61,9 +63,24 @@ class Ops {
   virtual void from_fc_rows(int c, int n, int hw, const float* x, float* y) = 0;
   virtual void sgd_step(std::size_t n, float* p, const float* g, float* momentum_buf,
                         const SgdParams& s, bool first_step) = 0;
-  // Argmax indices for maxpool (byte buffers); the backend owns their memory.
+  // Byte buffers in backend memory (maxpool argmax, int32 labels); the backend owns them.
   virtual std::uint8_t* alloc_bytes(std::size_t n) = 0;
   virtual void free_bytes(std::uint8_t* p) = 0;
+
+  // Host <-> backend memory (initial weights, checkpoints, replica hashes; never per step).
+  virtual void upload(const void* host, void* backend, std::size_t bytes) = 0;
+  virtual void download(const void* backend, void* host, std::size_t bytes) = 0;
+
+  // The data: each split is placed in backend memory once (slot kTrain / kTest); the visiting
+  // order is handed over once per epoch (or evaluation); gather then produces a normalised batch
+  // x[n][784] (p/255 - mean)/std and labels y[n] for order[offset, offset + n) without any
+  // host-to-device traffic per step.
+  static constexpr int kTrain = 0;
+  static constexpr int kTest = 1;
+  virtual void load_dataset(int slot, const Dataset& d) = 0;
+  virtual void set_order(int slot, std::span<const std::int64_t> order) = 0;
+  virtual void gather(int slot, std::int64_t offset, int n, float mean, float std, float* x,
+                      std::int32_t* y) = 0;
 };
 
 enum class CpuKernels { OneDnn, Reference };

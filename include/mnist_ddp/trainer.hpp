@@ -14,6 +14,7 @@
 #include "mnist_ddp/log.hpp"
 #include "mnist_ddp/model.hpp"
 #include "mnist_ddp/optimizer.hpp"
+#include "mnist_ddp/tensor.hpp"
 
 namespace mnist_ddp {
 
@@ -38,8 +39,14 @@ struct TrainResult {
 
 class Trainer {
  public:
-  Trainer(const Config& cfg, Comm& comm, Ops& ops, ConvNet& model, const DataSplit& data,
-          Logger& log);
+  // comm: host-memory control collectives (agreement, metrics, evaluation sums); data_comm:
+  // collectives on the model's memory (the same MpiComm on CPU; NCCL or host-staged MPI on GPU).
+  // The data splits must already be loaded into ops (Ops::load_dataset).
+  Trainer(const Config& cfg, Comm& comm, Comm& data_comm, Ops& ops, ConvNet& model,
+          const DataSplit& data, Logger& log);
+  ~Trainer();
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
   // Steps per epoch and in the whole run (after --max-steps).
   std::int64_t steps_per_epoch() const { return steps_per_epoch_; }
   std::int64_t total_steps() const { return total_steps_; }
@@ -47,7 +54,8 @@ class Trainer {
   // With another world size the position is re-derived from the global samples consumed.
   void resume_from(const TrainingState& s);
   TrainResult run();
-  // One data-parallel step on this rank's batch x[n][784], y[n]; returns the local summed loss.
+  // One data-parallel step on this rank's batch x[n][784], y[n] (backend memory); returns the
+  // local summed loss.
   double step(const float* x, const std::int32_t* y, int n, Mode mode = Mode::Train);
   EvalResult evaluate();
   // The state a checkpoint holds now (rank 0's view; identical on every rank but BN buffers).
@@ -59,6 +67,7 @@ class Trainer {
   void checkpoint(const char* why);
   const Config& cfg_;
   Comm& comm_;
+  Comm& data_comm_;
   Ops& ops_;
   ConvNet& model_;
   const DataSplit& data_;
@@ -76,8 +85,9 @@ class Trainer {
   double window_loss_ = 0;
   std::int64_t window_images_ = 0;
   double last_lr_ = 0;
-  std::vector<float> x_, dlogits_;
-  std::vector<std::int32_t> y_;
+  Tensor x_;                   // [max_batch][784] in backend memory
+  Tensor dlogits_;             // [max_batch][10]
+  std::int32_t* y_ = nullptr;  // [max_batch] labels in backend memory
 };
 
 }  // namespace mnist_ddp

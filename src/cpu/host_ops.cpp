@@ -2,7 +2,9 @@
 #include "mnist_ddp/host_ops.hpp"
 
 #include <cstdlib>
+#include <cstring>
 
+#include "mnist_ddp/check.hpp"
 #include "mnist_ddp/cpu_ops.hpp"
 
 namespace mnist_ddp {
@@ -37,6 +39,31 @@ std::uint8_t* HostOps::alloc_bytes(std::size_t n) {
 }
 void HostOps::free_bytes(std::uint8_t* p) {
   std::free(p);
+}
+
+void HostOps::upload(const void* host, void* backend, std::size_t bytes) {
+  if (bytes > 0 && host != backend) std::memcpy(backend, host, bytes);
+}
+void HostOps::download(const void* backend, void* host, std::size_t bytes) {
+  if (bytes > 0 && host != backend) std::memcpy(host, backend, bytes);
+}
+void HostOps::load_dataset(int slot, const Dataset& d) {
+  MNIST_DDP_CHECK(slot == kTrain || slot == kTest, "dataset slot");
+  data_[slot] = &d;
+}
+void HostOps::set_order(int slot, std::span<const std::int64_t> order) {
+  MNIST_DDP_CHECK(slot == kTrain || slot == kTest, "dataset slot");
+  order_[slot].assign(order.begin(), order.end());
+}
+void HostOps::gather(int slot, std::int64_t offset, int n, float mean, float std, float* x,
+                     std::int32_t* y) {
+  MNIST_DDP_CHECK(data_[slot] != nullptr, "gather before load_dataset");
+  MNIST_DDP_CHECK(offset >= 0 && offset + n <= static_cast<std::int64_t>(order_[slot].size()),
+                  "gather outside the visiting order");
+  gather_batch(*data_[slot],
+               std::span<const std::int64_t>(order_[slot])
+                   .subspan(static_cast<std::size_t>(offset), static_cast<std::size_t>(n)),
+               mean, std, x, y);
 }
 
 }  // namespace mnist_ddp

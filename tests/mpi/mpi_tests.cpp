@@ -114,10 +114,12 @@ TEST(Ddp, ReplicasStayBitwiseIdentical) {
   auto ops = make_cpu_ops();
   ConvNet model(*ops, 8);
   model.init(100 + static_cast<std::uint64_t>(r));  // deliberately different: broadcast must fix it
-  broadcast_model(comm(), model);
+  broadcast_model(comm(), model, comm());
   const std::vector<float> initial(model.params().begin(), model.params().end());
   Logger log(r, temp_log_dir(), false);
-  Trainer t(cfg, comm(), *ops, model, data, log);
+  ops->load_dataset(Ops::kTrain, data.train);
+  ops->load_dataset(Ops::kTest, data.test);
+  Trainer t(cfg, comm(), comm(), *ops, model, data, log);
   std::vector<float> x(8 * kImagePixels);
   std::vector<std::int32_t> y(8);
   for (int step = 0; step < 5; ++step) {
@@ -147,7 +149,7 @@ TEST(Ddp, AveragedGradientEqualsUnionBatchGradientFrozenBn) {
   };
   ConvNet dist(*ops, kLocal);
   dist.init(5);
-  broadcast_model(comm(), dist);
+  broadcast_model(comm(), dist, comm());
   std::vector<float> x(kLocal * kImagePixels), dl(kLocal * 10);
   std::vector<std::int32_t> y(kLocal);
   batch(r, x, y, 0);
@@ -189,7 +191,7 @@ TEST(Ddp, CheckReplicasNamesTheDivergedRank) {
   auto ops = make_cpu_ops();
   ConvNet model(*ops, 2);
   model.init(1);
-  broadcast_model(comm(), model);
+  broadcast_model(comm(), model, comm());
   if (comm().rank() == n - 1) model.params()[123] += 1e-6f;
   try {
     check_replicas(comm(), model, 42);
@@ -229,9 +231,11 @@ TEST(Trainer, EvaluationCountsEveryTestImageOnceAndRunTrains) {
   auto ops = make_cpu_ops();
   ConvNet model(*ops, 64);
   model.init(2);
-  broadcast_model(comm(), model);
+  broadcast_model(comm(), model, comm());
   Logger log(comm().rank(), temp_log_dir(), false);
-  Trainer t(cfg, comm(), *ops, model, data, log);
+  ops->load_dataset(Ops::kTrain, data.train);
+  ops->load_dataset(Ops::kTest, data.test);
+  Trainer t(cfg, comm(), comm(), *ops, model, data, log);
   const EvalResult e = t.evaluate();
   EXPECT_EQ(e.count, 1001);
   EXPECT_GE(e.top5, e.top1);

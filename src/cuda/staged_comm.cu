@@ -1,0 +1,115 @@
+// staged_comm.cu — HostStagedComm: MPI collectives on device memory, staged through a host
+// buffer (--comm mpi on a GPU). Slower than NCCL, but it lets several ranks share one GPU (NCCL
+// refuses that), which is how multi-rank GPU runs are tested on a one-GPU machine.
+#include <mpi.h>
+
+#include <cstdlib>
+#include <vector>
+
+#include "mnist_ddp/check.hpp"
+#include "mnist_ddp/comm.hpp"
+#include "mnist_ddp/cuda_check.hpp"
+
+namespace mnist_ddp {
+namespace {
+
+MPI_Datatype to_mpi(DType t) {
+  switch (t) {
+    case DType::F32: return MPI_FLOAT;
+    case DType::F64: return MPI_DOUBLE;
+    case DType::I32: return MPI_INT32_T;
+    case DType::I64: return MPI_INT64_T;
+    case DType::U64: return MPI_UINT64_T;
+    case DType::U8: return MPI_UINT8_T;
+  }
+  return MPI_BYTE;
+}
+
+std::size_t size_of(DType t) {
+  switch (t) {
+    case DType::F32: return 4;
+    case DType::F64: return 8;
+    case DType::I32: return 4;
+    case DType::I64: return 8;
+    case DType::U64: return 8;
+    case DType::U8: return 1;
+  }
+  return 1;
+}
+
+MPI_Op to_mpi(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Sum: return MPI_SUM;
+    case ReduceOp::Max: return MPI_MAX;
+    case ReduceOp::Min: return MPI_MIN;
+  }
+  return MPI_SUM;
+}
+
+class HostStagedComm final : public Comm {
+ public:
+  HostStagedComm() {
+    MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank_));
+    MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &size_));
+  }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  void barrier() override { MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD)); }
+  [[noreturn]] void abort(int code) override {
+    MPI_Abort(MPI_COMM_WORLD, code);
+    std::abort();
+  }
+  void allreduce_avg(std::span<float> d) override {
+    // Sum over MPI on the host copy, divide there too, one copy back.
+    if (size_ == 1 || d.empty()) return;
+    stage_in(d.data(), d.size_bytes());
+    auto* h = reinterpret_cast<float*>(host_.data());
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, h, static_cast<int>(d.size()), MPI_FLOAT, MPI_SUM,
+                            MPI_COMM_WORLD));
+    const float n = static_cast<float>(size_);
+    for (std::size_t i = 0; i < d.size(); ++i) h[i] /= n;
+    stage_out(d.data(), d.size_bytes());
+  }
+
+ protected:
+  void allreduce_raw(void* data, std::size_t count, DType type, ReduceOp op) override {
+    if (size_ == 1 || count == 0) return;
+    stage_in(data, count * size_of(type));
+    // Collective (MPI) on the host copy of the device buffer.
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, host_.data(), static_cast<int>(count), to_mpi(type),
+                            to_mpi(op), MPI_COMM_WORLD));
+    stage_out(data, count * size_of(type));
+  }
+  void broadcast_raw(void* data, std::size_t count, DType type, int root) override {
+    if (size_ == 1 || count == 0) return;
+    stage_in(data, count * size_of(type));
+    MPI_CHECK(MPI_Bcast(host_.data(), static_cast<int>(count), to_mpi(type), root, MPI_COMM_WORLD));
+    stage_out(data, count * size_of(type));
+  }
+  void allgather_raw(const void* send, void* recv, std::size_t count, DType type) override {
+    const std::size_t bytes = count * size_of(type);
+    std::vector<unsigned char> in(bytes), out(bytes * static_cast<std::size_t>(size_));
+    CUDA_CHECK(cudaMemcpy(in.data(), send, bytes, cudaMemcpyDeviceToHost));
+    MPI_CHECK(MPI_Allgather(in.data(), static_cast<int>(count), to_mpi(type), out.data(),
+                            static_cast<int>(count), to_mpi(type), MPI_COMM_WORLD));
+    CUDA_CHECK(cudaMemcpy(recv, out.data(), out.size(), cudaMemcpyHostToDevice));
+  }
+
+ private:
+  void stage_in(const void* device, std::size_t bytes) {
+    if (host_.size() < bytes) host_.resize(bytes);
+    CUDA_CHECK(cudaMemcpy(host_.data(), device, bytes, cudaMemcpyDeviceToHost));
+  }
+  void stage_out(void* device, std::size_t bytes) {
+    CUDA_CHECK(cudaMemcpy(device, host_.data(), bytes, cudaMemcpyHostToDevice));
+  }
+  int rank_ = 0;
+  int size_ = 1;
+  std::vector<unsigned char> host_;
+};
+
+}  // namespace
+
+std::unique_ptr<Comm> make_host_staged_comm() { return std::make_unique<HostStagedComm>(); }
+
+}  // namespace mnist_ddp
