@@ -39,6 +39,7 @@ struct EnumText {
   std::string device = "auto";
   std::string cpu_kernels = "onednn";
   std::string comm = "auto";
+  std::string tf32 = "on";
   std::string progress = "auto";
 };
 
@@ -87,6 +88,8 @@ void build(CLI::App& app, Config& c, EnumText& t) {
          "--comm", t.comm,
          "auto (nccl on cuda, mpi on cpu) | nccl | mpi (host-staged; lets ranks share a GPU)")
       ->check(CLI::IsMember({"auto", "nccl", "mpi"}));
+  app.add_option("--tf32", t.tf32, "on | off: TF32 tensor cores for GPU convolutions and GEMMs")
+      ->check(CLI::IsMember({"on", "off"}));
   app.add_option("--threads", c.threads,
                  "BLAS threads per rank (0: usable cores / ranks on this node)")
       ->check(CLI::Range(0, 1024));
@@ -146,6 +149,7 @@ ParseOutcome parse_cli(int argc, char** argv, Config& cfg, bool print) {
   cfg.lr_schedule = schedules.at(text.lr_schedule);
   cfg.device = devices.at(text.device);
   cfg.cpu_kernels = text.cpu_kernels == "onednn" ? CpuKernels::OneDnn : CpuKernels::Reference;
+  cfg.tf32 = text.tf32 == "on";
   cfg.comm = text.comm == "nccl"  ? CommChoice::Nccl
              : text.comm == "mpi" ? CommChoice::Mpi
                                   : CommChoice::Auto;
@@ -171,6 +175,7 @@ namespace mnist_ddp {
 std::string config_json(const Config& c) {
   static const char* kSched[] = {"constant", "step", "cosine"};
   static const char* kDev[] = {"cpu", "cuda", "auto"};
+  static const char* kComm[] = {"auto", "nccl", "mpi"};
   const nlohmann::json j = {
       {"data", c.data_dir},
       {"epochs", c.epochs},
@@ -193,9 +198,16 @@ std::string config_json(const Config& c) {
       {"shuffle", c.shuffle},
       {"device", kDev[static_cast<int>(c.device)]},
       {"cpu_kernels", c.cpu_kernels == CpuKernels::OneDnn ? "onednn" : "reference"},
+      {"comm", kComm[static_cast<int>(c.comm)]},
+      {"tf32", c.tf32},
       {"threads", c.threads},
+      {"log_dir", c.log_dir},
+      {"log_every", c.log_every},
+      {"check_replicas", c.check_replicas},
+      {"checkpoint_dir", c.checkpoint_dir},
       {"checkpoint_every", c.checkpoint_every},
-      {"keep", c.keep}};
+      {"keep", c.keep},
+      {"resume", c.resume}};
   return j.dump();
 }
 

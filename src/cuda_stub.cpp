@@ -33,7 +33,7 @@ std::unique_ptr<Comm> make_host_staged_comm() {
 std::unique_ptr<Comm> make_nccl_comm() {
   throw UserError("--comm nccl: this mnist_ddp was built without CUDA (make USE_CUDA=1)");
 }
-std::unique_ptr<Ops> make_cuda_ops() {
+std::unique_ptr<Ops> make_cuda_ops(bool) {
   throw UserError(
       "this mnist_ddp was built without CUDA (make USE_CUDA=1 to build the GPU backend)");
 }

@@ -104,7 +104,7 @@ int run(int argc, char** argv, int rank, int world, const MpiLocality& locality,
 
   DataSplit data;
   run_agreed(*comm, [&] { data = load_data_dir(cfg.data_dir); });
-  const char* kernels = device == Device::Cuda                  ? "cuDNN"
+  const char* kernels = device == Device::Cuda ? (cfg.tf32 ? "cuDNN, TF32" : "cuDNN, FP32")
                         : cfg.cpu_kernels == CpuKernels::OneDnn ? "oneDNN"
                                                                 : "reference";
   log->info(
@@ -120,7 +120,7 @@ int run(int argc, char** argv, int rank, int world, const MpiLocality& locality,
   std::unique_ptr<Comm> device_comm;
   if (use_nccl) device_comm = make_nccl_comm();
   std::unique_ptr<Ops> ops;
-  run_agreed(*comm, [&] { ops = make_ops(device, cfg.cpu_kernels); });
+  run_agreed(*comm, [&] { ops = make_ops(device, cfg.cpu_kernels, cfg.tf32); });
   // Collectives on the model's memory: MPI on CPU; on a GPU, NCCL or host-staged MPI.
   std::unique_ptr<Comm> staged_comm;
   if (device == Device::Cuda && !use_nccl) staged_comm = make_host_staged_comm();

@@ -3,39 +3,10 @@
 
 #include "mnist_ddp/check.hpp"
 #include "mnist_ddp/comm.hpp"
+#include "mnist_ddp/mpi_types.hpp"
 
 namespace mnist_ddp {
 namespace {
-
-MPI_Datatype to_mpi(DType t) {
-  switch (t) {
-    case DType::F32:
-      return MPI_FLOAT;
-    case DType::F64:
-      return MPI_DOUBLE;
-    case DType::I32:
-      return MPI_INT32_T;
-    case DType::I64:
-      return MPI_INT64_T;
-    case DType::U64:
-      return MPI_UINT64_T;
-    case DType::U8:
-      return MPI_UINT8_T;
-  }
-  return MPI_DATATYPE_NULL;
-}
-
-MPI_Op to_mpi(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::Sum:
-      return MPI_SUM;
-    case ReduceOp::Max:
-      return MPI_MAX;
-    case ReduceOp::Min:
-      return MPI_MIN;
-  }
-  return MPI_OP_NULL;
-}
 
 // MPI counts are int; our buffers are far below 2^31 elements, checked anyway.
 int to_count(std::size_t n) {
@@ -60,16 +31,16 @@ class MpiComm final : public Comm {
  protected:
   void allreduce_raw(void* data, std::size_t count, DType type, ReduceOp op) override {
     if (size_ == 1 || count == 0) return;
-    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, data, to_count(count), to_mpi(type), to_mpi(op),
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, data, to_count(count), to_mpi_type(type), to_mpi_op(op),
                             MPI_COMM_WORLD));
   }
   void broadcast_raw(void* data, std::size_t count, DType type, int root) override {
     if (size_ == 1 || count == 0) return;
-    MPI_CHECK(MPI_Bcast(data, to_count(count), to_mpi(type), root, MPI_COMM_WORLD));
+    MPI_CHECK(MPI_Bcast(data, to_count(count), to_mpi_type(type), root, MPI_COMM_WORLD));
   }
   void allgather_raw(const void* send, void* recv, std::size_t count, DType type) override {
-    MPI_CHECK(MPI_Allgather(send, to_count(count), to_mpi(type), recv, to_count(count),
-                            to_mpi(type), MPI_COMM_WORLD));
+    MPI_CHECK(MPI_Allgather(send, to_count(count), to_mpi_type(type), recv, to_count(count),
+                            to_mpi_type(type), MPI_COMM_WORLD));
   }
 
  private:
@@ -78,6 +49,51 @@ class MpiComm final : public Comm {
 };
 
 }  // namespace
+
+MPI_Datatype to_mpi_type(DType t) {
+  switch (t) {
+    case DType::F32:
+      return MPI_FLOAT;
+    case DType::F64:
+      return MPI_DOUBLE;
+    case DType::I32:
+      return MPI_INT32_T;
+    case DType::I64:
+      return MPI_INT64_T;
+    case DType::U64:
+      return MPI_UINT64_T;
+    case DType::U8:
+      return MPI_UINT8_T;
+  }
+  return MPI_DATATYPE_NULL;
+}
+
+MPI_Op to_mpi_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Sum:
+      return MPI_SUM;
+    case ReduceOp::Max:
+      return MPI_MAX;
+    case ReduceOp::Min:
+      return MPI_MIN;
+  }
+  return MPI_OP_NULL;
+}
+
+std::size_t dtype_size(DType t) {
+  switch (t) {
+    case DType::F64:
+    case DType::I64:
+    case DType::U64:
+      return 8;
+    case DType::F32:
+    case DType::I32:
+      return 4;
+    case DType::U8:
+      return 1;
+  }
+  return 1;
+}
 
 std::unique_ptr<Comm> make_mpi_comm() {
   return std::make_unique<MpiComm>();

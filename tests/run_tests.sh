@@ -7,6 +7,7 @@ cd "$(dirname "$0")/.."
 source tests/mpi_env.sh
 passed=0
 failed=0
+skipped=0
 failures=()
 LOG="$(mktemp -d /tmp/mnist_ddp_tests.XXXXXX)"
 
@@ -19,6 +20,7 @@ gtest() {
   local ok bad
   ok=$(grep -c "^\[       OK \]" "$LOG/$name.log")
   bad=$(grep -c "^\[  FAILED  \] .*(.*ms)" "$LOG/$name.log")
+  skipped=$((skipped + $(grep -c "^\[  SKIPPED \] .*(.*ms)" "$LOG/$name.log")))
   grep -E "^\[  (SKIPPED|FAILED) \] .*\(" "$LOG/$name.log" | sed 's/^/   /'
   grep -E "^max " "$LOG/$name.log" | sed 's/^/   /'
   passed=$((passed + ok)); failed=$((failed + bad))
@@ -37,9 +39,10 @@ shell() {
   local ok bad
   ok=$(grep -c "^ok - " "$LOG/$name.log")
   bad=$(grep -c "^not ok - " "$LOG/$name.log")
+  skip=$(grep -c "^skip - " "$LOG/$name.log")
   sed 's/^/   /' "$LOG/$name.log"
-  passed=$((passed + ok)); failed=$((failed + bad))
-  if ((ok + bad == 0)); then failed=$((failed + 1)); failures+=("$name ran nothing"); fi
+  passed=$((passed + ok)); failed=$((failed + bad)); skipped=$((skipped + skip))
+  if ((ok + bad + skip == 0)); then failed=$((failed + 1)); failures+=("$name ran nothing"); fi
   ((bad > 0)) && failures+=("$name: $bad failed")
 }
 
@@ -51,5 +54,5 @@ for t in tests/e2e/*_test.sh; do shell "$t"; done
 echo
 if ((${#failures[@]})); then printf 'FAILED: %s\n' "${failures[@]}"; fi
 echo "logs: $LOG"
-echo "$passed passed, $failed failed"
+echo "$passed passed, $failed failed, $skipped skipped"
 ((failed == 0))

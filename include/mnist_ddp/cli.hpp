@@ -36,6 +36,7 @@ struct Config {
   DeviceChoice device = DeviceChoice::Auto;
   CpuKernels cpu_kernels = CpuKernels::OneDnn;
   CommChoice comm = CommChoice::Auto;  // auto: NCCL on cuda, MPI on cpu
+  bool tf32 = true;                    // TF32 tensor cores on the GPU (PyTorch's cuDNN default)
   int threads = 1;  // BLAS threads per rank; 0: usable cores / ranks on this node
   std::string log_dir = "logging";
   std::string checkpoint_dir = "checkpoints";

@@ -90,8 +90,10 @@ std::unique_ptr<Ops> make_cpu_ops();
 // The oneDNN CPU backend.
 std::unique_ptr<Ops> make_dnnl_ops();
 // The CUDA backend (src/cuda/); in a CPU-only build, a UserError saying "built without CUDA".
-std::unique_ptr<Ops> make_cuda_ops();
-std::unique_ptr<Ops> make_ops(Device device, CpuKernels cpu_kernels = CpuKernels::OneDnn);
+// tf32: TF32 tensor cores for convolutions and the fc GEMM (PyTorch's cuDNN default).
+std::unique_ptr<Ops> make_cuda_ops(bool tf32);
+std::unique_ptr<Ops> make_ops(Device device, CpuKernels cpu_kernels = CpuKernels::OneDnn,
+                              bool tf32 = true);
 
 // Threads for BLAS and oneDNN (OpenMP) on this rank; 1 unless this rank owns several cores.
 void set_compute_threads(int threads);

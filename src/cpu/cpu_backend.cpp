@@ -69,8 +69,8 @@ std::unique_ptr<Ops> make_cpu_ops() {
   return std::make_unique<CpuOps>();
 }
 
-std::unique_ptr<Ops> make_ops(Device device, CpuKernels cpu_kernels) {
-  if (device == Device::Cuda) return make_cuda_ops();
+std::unique_ptr<Ops> make_ops(Device device, CpuKernels cpu_kernels, bool tf32) {
+  if (device == Device::Cuda) return make_cuda_ops(tf32);
   return cpu_kernels == CpuKernels::OneDnn ? make_dnnl_ops() : make_cpu_ops();
 }
 

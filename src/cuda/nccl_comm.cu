@@ -48,7 +48,8 @@ class NcclComm final : public Comm {
     if (rank_ == 0) NCCL_CHECK(ncclGetUniqueId(&id));
     // Collective (MPI): the one piece of bootstrap state NCCL needs, no ports or files.
     MPI_CHECK(MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD));
-    CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    // A blocking stream: ordered after the compute the ops issue on the legacy default stream.
+    CUDA_CHECK(cudaStreamCreate(&stream_));
     NCCL_CHECK(ncclCommInitRank(&comm_, size_, id, rank_));
   }
   ~NcclComm() override {

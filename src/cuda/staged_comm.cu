@@ -9,42 +9,10 @@
 #include "mnist_ddp/check.hpp"
 #include "mnist_ddp/comm.hpp"
 #include "mnist_ddp/cuda_check.hpp"
+#include "mnist_ddp/mpi_types.hpp"
 
 namespace mnist_ddp {
 namespace {
-
-MPI_Datatype to_mpi(DType t) {
-  switch (t) {
-    case DType::F32: return MPI_FLOAT;
-    case DType::F64: return MPI_DOUBLE;
-    case DType::I32: return MPI_INT32_T;
-    case DType::I64: return MPI_INT64_T;
-    case DType::U64: return MPI_UINT64_T;
-    case DType::U8: return MPI_UINT8_T;
-  }
-  return MPI_BYTE;
-}
-
-std::size_t size_of(DType t) {
-  switch (t) {
-    case DType::F32: return 4;
-    case DType::F64: return 8;
-    case DType::I32: return 4;
-    case DType::I64: return 8;
-    case DType::U64: return 8;
-    case DType::U8: return 1;
-  }
-  return 1;
-}
-
-MPI_Op to_mpi(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::Sum: return MPI_SUM;
-    case ReduceOp::Max: return MPI_MAX;
-    case ReduceOp::Min: return MPI_MIN;
-  }
-  return MPI_SUM;
-}
 
 class HostStagedComm final : public Comm {
  public:
@@ -74,24 +42,24 @@ class HostStagedComm final : public Comm {
  protected:
   void allreduce_raw(void* data, std::size_t count, DType type, ReduceOp op) override {
     if (size_ == 1 || count == 0) return;
-    stage_in(data, count * size_of(type));
+    stage_in(data, count * dtype_size(type));
     // Collective (MPI) on the host copy of the device buffer.
-    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, host_.data(), static_cast<int>(count), to_mpi(type),
-                            to_mpi(op), MPI_COMM_WORLD));
-    stage_out(data, count * size_of(type));
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, host_.data(), static_cast<int>(count), to_mpi_type(type),
+                            to_mpi_op(op), MPI_COMM_WORLD));
+    stage_out(data, count * dtype_size(type));
   }
   void broadcast_raw(void* data, std::size_t count, DType type, int root) override {
     if (size_ == 1 || count == 0) return;
-    stage_in(data, count * size_of(type));
-    MPI_CHECK(MPI_Bcast(host_.data(), static_cast<int>(count), to_mpi(type), root, MPI_COMM_WORLD));
-    stage_out(data, count * size_of(type));
+    stage_in(data, count * dtype_size(type));
+    MPI_CHECK(MPI_Bcast(host_.data(), static_cast<int>(count), to_mpi_type(type), root, MPI_COMM_WORLD));
+    stage_out(data, count * dtype_size(type));
   }
   void allgather_raw(const void* send, void* recv, std::size_t count, DType type) override {
-    const std::size_t bytes = count * size_of(type);
+    const std::size_t bytes = count * dtype_size(type);
     std::vector<unsigned char> in(bytes), out(bytes * static_cast<std::size_t>(size_));
     CUDA_CHECK(cudaMemcpy(in.data(), send, bytes, cudaMemcpyDeviceToHost));
-    MPI_CHECK(MPI_Allgather(in.data(), static_cast<int>(count), to_mpi(type), out.data(),
-                            static_cast<int>(count), to_mpi(type), MPI_COMM_WORLD));
+    MPI_CHECK(MPI_Allgather(in.data(), static_cast<int>(count), to_mpi_type(type), out.data(),
+                            static_cast<int>(count), to_mpi_type(type), MPI_COMM_WORLD));
     CUDA_CHECK(cudaMemcpy(recv, out.data(), out.size(), cudaMemcpyHostToDevice));
   }
 

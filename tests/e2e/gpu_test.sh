@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# gpu_test.sh — the GPU backend end to end (skips with the reason without a GPU): 1 epoch on the
+# GPU reaches the accuracy bar, NCCL with one rank, 2 ranks sharing the GPU with --comm mpi, and a
+# checkpoint moving GPU -> CPU -> GPU.
+source "$(dirname "$0")/lib.sh"
+DATA="$REPO/data/dataset"
+if ! "$BIN" --device cuda --print-env >/dev/null 2>&1; then
+  echo "skip - gpu end-to-end tests ($("$BIN" --device cuda --print-env 2>&1 | grep -o 'error: .*' | cut -c8-90))"
+  exit 0
+fi
+bar=85
+grep -q "^mnist (" "$DATA/DATASET" && bar=98
+run gpu_epoch 600 "$BIN" --device cuda --data "$DATA" --epochs 1 --progress off --log-dir "$TMP/g1" --checkpoint-dir "$TMP/g1"
+top1=$(grep -o "done: .* test top-1 [0-9.]*%" "$OUT" | grep -o "[0-9.]*%$" | tr -d %)
+if [[ $RC -eq 0 && -n "$top1" ]] && (( $(echo "$top1 >= $bar" | bc) )); then
+  pass "gpu_one_epoch top-1 ${top1}% ($(grep -o 'at [0-9]* img/s' "$OUT"), $(grep -o 'device cuda:[^ ]* [^(]*' "$OUT" | head -1))"
+else
+  fail "gpu_one_epoch rc=$RC top1=$top1" "$(show)"
+fi
+run gpu_nccl1 300 mpirun -np 1 "$BIN" --device cuda --comm nccl --data "$DATA" --epochs 1 --max-steps 50 --progress off --log-dir "$TMP/g2" --checkpoint-dir "$TMP/g2"
+[[ $RC -eq 0 ]] && pass "nccl_world_of_one" || fail "nccl_world_of_one rc=$RC" "$(show)"
+run gpu_shared 300 mpirun -np 2 "$BIN" --device cuda --comm mpi --data "$DATA" --epochs 1 --max-steps 50 --check-replicas 10 --progress off --log-dir "$TMP/g3" --checkpoint-dir "$TMP/g3"
+[[ $RC -eq 0 ]] && pass "two_ranks_share_the_gpu_with_comm_mpi" || fail "two_ranks_share rc=$RC" "$(show)"
+run to_cpu 300 "$BIN" --device cpu --data "$DATA" --epochs 1 --max-steps 60 --resume "$TMP/g2/ckpt-00000050.h5" --progress off --log-dir "$TMP/g4" --checkpoint-dir "$TMP/g4"
+run back_to_gpu 300 "$BIN" --device cuda --data "$DATA" --epochs 1 --max-steps 70 --resume "$TMP/g4/ckpt-00000060.h5" --progress off --log-dir "$TMP/g5" --checkpoint-dir "$TMP/g5"
+if [[ $RC -eq 0 ]] && grep -q "done: 70 steps" "$OUT"; then pass "checkpoint_gpu_to_cpu_to_gpu"; else fail "checkpoint_cross_device rc=$RC" "$(show)"; fi

@@ -1,0 +1,265 @@
+// gpu_ops_test.cpp — the CUDA backend against the CPU reference, through the Ops interface (no
+// CUDA headers needed): every op with abs + rel tolerance and the max error printed, a full
+// training step of the model (TF32 off), and a GPU-trained checkpoint evaluated on CPU. Every
+// test skips with the reason when no GPU is visible (no driver, CPU-only build).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <vector>
+
+#include "mnist_ddp/checkpoint.hpp"
+#include "mnist_ddp/cpu_ops.hpp"
+#include "mnist_ddp/device.hpp"
+#include "mnist_ddp/model.hpp"
+#include "mnist_ddp/ops.hpp"
+#include "mnist_ddp/optimizer.hpp"
+#include "mnist_ddp/rng.hpp"
+#include "mnist_ddp/tensor.hpp"
+
+namespace mnist_ddp {
+namespace {
+
+class GpuOps : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!cuda_built()) GTEST_SKIP() << "built without CUDA (USE_CUDA=0)";
+    if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU visible (no driver or none installed)";
+    use_cuda_device(0);
+    gpu_ = make_cuda_ops(/*tf32=*/false);
+    cpu_ = make_cpu_ops();
+  }
+  // A device copy of host data (freed with the test).
+  float* dev(const std::vector<float>& h) {
+    tensors_.emplace_back(std::vector<int>{static_cast<int>(std::max<std::size_t>(1, h.size()))},
+                          Device::Cuda);
+    gpu_->upload(h.data(), tensors_.back().data(), h.size() * sizeof(float));
+    return tensors_.back().data();
+  }
+  float* dev_zeros(std::size_t n) { return dev(std::vector<float>(n, 0.f)); }
+  std::vector<float> host(const float* d, std::size_t n) {
+    std::vector<float> h(n);
+    gpu_->download(d, h.data(), n * sizeof(float));
+    return h;
+  }
+  // Max |a-b| over elements must be <= atol + rtol * |b|; prints the max error.
+  static void expect_close(const char* what, const std::vector<float>& got,
+                           const std::vector<float>& want, double atol, double rtol) {
+    ASSERT_EQ(got.size(), want.size()) << what;
+    double worst = 0;
+    std::size_t at = 0;
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      const double err = std::abs(double(got[i]) - want[i]) - rtol * std::abs(double(want[i]));
+      if (err > worst) worst = err, at = i;
+    }
+    std::printf("%-28s max error beyond rtol: %.3g (element %zu)\n", what, worst, at);
+    EXPECT_LE(worst, atol) << what << " element " << at << ": " << got[at] << " vs " << want[at];
+  }
+  static std::vector<float> rnd(std::size_t n, std::uint64_t seed, float lo = -1, float hi = 1) {
+    SplitMix64 r(seed);
+    std::vector<float> v(n);
+    for (auto& x : v) x = r.uniform(lo, hi);
+    return v;
+  }
+  static std::vector<float> nchw(int c, int n, int hw, const std::vector<float>& cnhw) {
+    std::vector<float> out(cnhw.size());
+    cpu::cnhw_to_nchw(c, n, hw, cnhw.data(), out.data());
+    return out;
+  }
+  std::unique_ptr<Ops> gpu_, cpu_;
+  std::vector<Tensor> tensors_;
+};
+
+TEST_F(GpuOps, ConvolutionsMatchCpu) {
+  for (const ConvGeom g : {ConvGeom{8, 1, 28, 28, 16, 5, 2}, ConvGeom{8, 16, 14, 14, 32, 5, 2}}) {
+    const int ihw = g.h * g.w, ohw = g.out_h() * g.out_w();
+    const auto x = rnd(static_cast<std::size_t>(g.c) * g.n * ihw, 1);  // CNHW for the reference
+    const auto w = rnd(static_cast<std::size_t>(g.k) * g.c * 25, 2), b = rnd(g.k, 3);
+    const auto dy = rnd(static_cast<std::size_t>(g.k) * g.n * ohw, 4);
+    std::vector<float> y(dy.size()), dw(w.size()), db(g.k), dx(x.size());
+    cpu_->conv2d_forward(g, x.data(), w.data(), b.data(), y.data());
+    cpu_->conv2d_backward_filter(g, x.data(), dy.data(), dw.data(), db.data());
+    float* gx = dev(nchw(g.c, g.n, ihw, x));
+    float* gw = dev(w);
+    float* gdy = dev(nchw(g.k, g.n, ohw, dy));
+    float* gy = dev_zeros(y.size());
+    float* gdw = dev_zeros(w.size());
+    float* gdb = dev_zeros(g.k);
+    gpu_->conv2d_forward(g, gx, gw, dev(b), gy);
+    gpu_->conv2d_backward_filter(g, gx, gdy, gdw, gdb);
+    expect_close("conv forward", host(gy, y.size()), nchw(g.k, g.n, ohw, y), 1e-4, 1e-4);
+    expect_close("conv backward filter", host(gdw, w.size()), dw, 1e-3, 1e-4);
+    expect_close("conv backward bias", host(gdb, g.k), db, 1e-3, 1e-4);
+    if (g.c > 1) {
+      cpu_->conv2d_backward_data(g, w.data(), dy.data(), dx.data());
+      float* gdx = dev_zeros(x.size());
+      gpu_->conv2d_backward_data(g, gw, gdy, gdx);
+      expect_close("conv backward data", host(gdx, x.size()), nchw(g.c, g.n, ihw, dx), 1e-4, 1e-4);
+    }
+  }
+}
+
+TEST_F(GpuOps, BatchNormReluPoolMatchCpu) {
+  const int c = 16, n = 6, h = 8, w = 8, hw = h * w;
+  auto x = rnd(static_cast<std::size_t>(c) * n * hw, 5, -2, 2);
+  for (int i = 0; i < 12; ++i) x[i] = 0.25f;  // exact ties
+  const auto gamma = rnd(c, 6, -1.5f, 1.5f), beta = rnd(c, 7), dy = rnd(x.size() / 4, 8);
+  for (bool train : {true, false}) {
+    std::vector<float> m(c), is(c), rm(c, 0.1f), rv(c, 1.2f);
+    std::vector<float> grm = rm, grv = rv;
+    float* gx = dev(nchw(c, n, hw, x));
+    float* gm = dev_zeros(c);
+    float* gis = dev_zeros(c);
+    float* grm_d = dev(grm);
+    float* grv_d = dev(grv);
+    if (train) {
+      cpu_->batchnorm_stats(c, n, hw, x.data(), 1e-5, 0.1, m.data(), is.data(), rm.data(),
+                            rv.data());
+      gpu_->batchnorm_stats(c, n, hw, gx, 1e-5, 0.1, gm, gis, grm_d, grv_d);
+      expect_close("bn batch mean", host(gm, c), m, 1e-5, 1e-5);
+      expect_close("bn batch invstd", host(gis, c), is, 1e-5, 1e-4);
+      expect_close("bn running var", host(grv_d, c), rv, 1e-5, 1e-5);
+    } else {
+      cpu_->batchnorm_eval_stats(c, rm.data(), rv.data(), 1e-5, m.data(), is.data());
+      gpu_->batchnorm_eval_stats(c, grm_d, grv_d, 1e-5, gm, gis);
+    }
+    // Same statistics into both fused ops.
+    gm = dev(m);
+    gis = dev(is);
+    std::vector<float> y(x.size() / 4), dx(x.size()), dg(c), db(c);
+    std::vector<std::uint8_t> arg(y.size());
+    cpu_->bn_relu_pool_forward(c, n, h, w, x.data(), gamma.data(), beta.data(), m.data(), is.data(),
+                               y.data(), arg.data());
+    cpu_->bn_relu_pool_backward(c, n, h, w, x.data(), y.data(), dy.data(), arg.data(), gamma.data(),
+                                m.data(), is.data(), train, dx.data(), dg.data(), db.data());
+    float* gy = dev_zeros(y.size());
+    std::uint8_t* garg = gpu_->alloc_bytes(arg.size());
+    float* gdx = dev_zeros(dx.size());
+    float* gdg = dev_zeros(c);
+    float* gdb = dev_zeros(c);
+    float* ggamma = dev(gamma);
+    gpu_->bn_relu_pool_forward(c, n, h, w, gx, ggamma, dev(beta), gm, gis, gy, garg);
+    gpu_->bn_relu_pool_backward(c, n, h, w, gx, gy, dev(nchw(c, n, hw / 4, dy)), garg, ggamma, gm,
+                                gis, train, gdx, gdg, gdb);
+    expect_close("bn+relu+pool forward", host(gy, y.size()), nchw(c, n, hw / 4, y), 1e-5, 1e-5);
+    expect_close("bn+relu+pool dx", host(gdx, dx.size()), nchw(c, n, hw, dx), 1e-5, 1e-4);
+    expect_close("bn dgamma", host(gdg, c), dg, 1e-4, 1e-4);
+    expect_close("bn dbeta", host(gdb, c), db, 1e-4, 1e-4);
+    gpu_->free_bytes(garg);
+  }
+}
+
+TEST_F(GpuOps, LinearLossSgdAndGatherMatchCpu) {
+  const int n = 37, in = 1568, out = 10;
+  const auto x = rnd(static_cast<std::size_t>(n) * in, 9), w = rnd(out * in, 10), b = rnd(out, 11);
+  std::vector<float> y(n * out);
+  cpu_->linear_forward(n, in, out, x.data(), w.data(), b.data(), y.data());
+  float* gx = dev(x);
+  float* gw = dev(w);
+  float* gy = dev_zeros(y.size());
+  gpu_->linear_forward(n, in, out, gx, gw, dev(b), gy);
+  expect_close("linear forward", host(gy, y.size()), y, 1e-4, 1e-4);
+  std::vector<std::int32_t> labels(n);
+  for (int i = 0; i < n; ++i) labels[i] = (i * 7) % 10;
+  auto* glab = reinterpret_cast<std::int32_t*>(gpu_->alloc_bytes(n * sizeof(std::int32_t)));
+  gpu_->upload(labels.data(), glab, n * sizeof(std::int32_t));
+  std::vector<float> dl(y.size());
+  const double loss =
+      cpu_->softmax_cross_entropy(n, out, y.data(), labels.data(), dl.data(), 1.0 / n);
+  float* gdl = dev_zeros(dl.size());
+  const double gloss = gpu_->softmax_cross_entropy(n, out, gy, glab, gdl, 1.0 / n);
+  EXPECT_NEAR(gloss, loss, 1e-4 * n);
+  expect_close("softmax xent grad", host(gdl, dl.size()), dl, 1e-6, 1e-4);
+  EXPECT_EQ(gpu_->topk_correct(n, out, gy, glab, 1),
+            cpu_->topk_correct(n, out, y.data(), labels.data(), 1));
+  EXPECT_EQ(gpu_->topk_correct(n, out, gy, glab, 5),
+            cpu_->topk_correct(n, out, y.data(), labels.data(), 5));
+  std::vector<float> dx(x.size()), dw(w.size()), db(out);
+  cpu_->linear_backward(n, in, out, x.data(), w.data(), dl.data(), dx.data(), dw.data(), db.data());
+  float* gdx = dev_zeros(dx.size());
+  float* gdw = dev_zeros(dw.size());
+  float* gdb = dev_zeros(out);
+  gpu_->linear_backward(n, in, out, gx, gw, gdl, gdx, gdw, gdb);
+  expect_close("linear dx", host(gdx, dx.size()), dx, 1e-5, 1e-4);
+  expect_close("linear dw", host(gdw, dw.size()), dw, 1e-5, 1e-4);
+  expect_close("linear db", host(gdb, out), db, 1e-5, 1e-4);
+  // SGD (momentum, nesterov, weight decay), two steps.
+  cpu::SgdParams s;
+  s.lr = 0.1;
+  s.momentum = 0.9;
+  s.weight_decay = 1e-3;
+  s.nesterov = true;
+  auto p = w, buf = std::vector<float>(w.size());
+  float* gbuf = dev_zeros(w.size());
+  for (bool first : {true, false}) {
+    cpu_->sgd_step(p.size(), p.data(), dw.data(), buf.data(), s, first);
+    gpu_->sgd_step(p.size(), gw, gdw, gbuf, s, first);
+  }
+  expect_close("sgd parameters", host(gw, p.size()), p, 1e-5, 1e-5);
+  // Gather/normalise from the device-resident dataset.
+  Dataset d;
+  d.count = 50;
+  SplitMix64 r(12);
+  d.images.resize(50 * kImagePixels);
+  d.labels.resize(50);
+  for (auto& v : d.images) v = static_cast<std::uint8_t>(r.below(256));
+  for (auto& v : d.labels) v = static_cast<std::uint8_t>(r.below(10));
+  const std::vector<std::int64_t> order = {49, 3, 17, 17, 0, 25};
+  gpu_->load_dataset(Ops::kTest, d);
+  gpu_->set_order(Ops::kTest, order);
+  float* gxb = dev_zeros(4 * kImagePixels);
+  gpu_->gather(Ops::kTest, 2, 4, 0.3f, 0.2f, gxb, glab);
+  std::vector<float> xb(4 * kImagePixels);
+  std::vector<std::int32_t> yb(4), gyb(4);
+  gather_batch(d, std::span<const std::int64_t>(order).subspan(2, 4), 0.3f, 0.2f, xb.data(),
+               yb.data());
+  expect_close("gather/normalise", host(gxb, xb.size()), xb, 1e-6, 1e-6);
+  gpu_->download(glab, gyb.data(), 4 * sizeof(std::int32_t));
+  EXPECT_EQ(gyb, yb);
+  gpu_->free_bytes(reinterpret_cast<std::uint8_t*>(glab));
+}
+
+TEST_F(GpuOps, TrainingStepsMatchCpuAndCheckpointMovesAcross) {
+  const int n = 16;
+  ConvNet a(*cpu_, n), b(*gpu_, n);
+  a.init(31);
+  b.init(31);
+  const auto x = rnd(static_cast<std::size_t>(n) * 784, 13, -1, 2);
+  std::vector<std::int32_t> y(n);
+  for (int i = 0; i < n; ++i) y[i] = i % 10;
+  float* gx = dev(x);
+  auto* gy = reinterpret_cast<std::int32_t*>(gpu_->alloc_bytes(n * sizeof(std::int32_t)));
+  gpu_->upload(y.data(), gy, n * sizeof(std::int32_t));
+  std::vector<float> dl(n * 10);
+  float* gdl = dev_zeros(n * 10);
+  cpu::SgdParams s;
+  s.lr = 0.05;
+  s.momentum = 0.9;
+  Sgd sa(*cpu_, a.params().size(), s), sb(*gpu_, b.params().size(), s);
+  for (int step = 0; step < 3; ++step) {
+    cpu_->softmax_cross_entropy(n, 10, a.forward(x.data(), n, Mode::Train), y.data(), dl.data(),
+                                1.0 / n);
+    a.backward(dl.data(), nullptr);
+    sa.step(a.params(), a.grads(), 0.05);
+    gpu_->softmax_cross_entropy(n, 10, b.forward(gx, n, Mode::Train), gy, gdl, 1.0 / n);
+    b.backward(gdl, nullptr);
+    sb.step(b.params(), b.grads(), 0.05);
+  }
+  const std::vector<float> pa(a.params().begin(), a.params().end());
+  expect_close("params after 3 steps", host(b.params().data(), pa.size()), pa, 1e-4, 1e-3);
+  // A GPU-trained model's weights evaluated on CPU give the GPU's logits.
+  ConvNet c(*cpu_, n);
+  const auto pb = host(b.params().data(), pa.size());
+  const auto bb = host(b.buffers().data(), b.buffers().size());
+  std::copy(pb.begin(), pb.end(), c.params().begin());
+  std::copy(bb.begin(), bb.end(), c.buffers().begin());
+  const float* lc = c.forward(x.data(), n, Mode::Eval);
+  const auto lg = host(b.forward(gx, n, Mode::Eval), n * 10);
+  expect_close("cross-device eval logits", lg, std::vector<float>(lc, lc + n * 10), 1e-4, 1e-3);
+  gpu_->free_bytes(reinterpret_cast<std::uint8_t*>(gy));
+}
+
+}  // namespace
+}  // namespace mnist_ddp
