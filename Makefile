@@ -97,7 +97,7 @@ UNIT_BIN := $(BUILD)/tests/unit_tests
 MPI_TEST_BIN := $(BUILD)/tests/mpi_tests
 BENCH_BIN := $(BUILD)/bench/ops_bench
 
-.PHONY: all summary test test-only bench bench-only run deps data clean format help
+.PHONY: all summary test test-only bench bench-only run deps data clean format help bundle
 all: summary $(BIN)
 
 summary:
@@ -161,6 +161,12 @@ bench:
 bench-only: all $(BENCH_BIN)
 	@bench/run_bench.sh
 
+# Binaries + non-CUDA libraries + Open MPI runtime + data for a GPU machine without MPI/HDF5
+# (carry dist/, run tools/gpu-suite.sh there).
+bundle: all $(UNIT_BIN) $(MPI_TEST_BIN) $(BENCH_BIN)
+	@data/prepare.sh
+	@tools/make-bundle.sh
+
 format:
 	clang-format -i include/mnist_ddp/*.hpp src/*.cpp src/cpu/*.cpp tests/unit/*.cpp tests/mpi/*.cpp bench/*.cpp
 
@@ -174,6 +180,7 @@ help:
 	@echo "make bench    microbenchmarks + side-by-side with PyTorch DDP"
 	@echo "make deps     install the Debian packages that are missing"
 	@echo "make data     prepare data/dataset (MNIST if downloadable, else Fashion-MNIST)"
+	@echo "make bundle   dist/ for a GPU machine without MPI/HDF5 (then tools/gpu-suite.sh there)"
 	@echo "make clean    remove build/ and ./mnist_ddp"
 
 -include $(CU_OBJS:.o=.d) $(LIB_OBJS:.o=.d) $(MAIN_OBJ:.o=.d) $(UNIT_OBJS:.o=.d) $(MPI_TEST_OBJS:.o=.d) $(BENCH_OBJS:.o=.d)

@@ -32,6 +32,8 @@ def main():
     ap.add_argument("--momentum", type=float, default=0.9)
     ap.add_argument("--seed", type=int, default=42)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
+                    help="cuda: NCCL backend, dataset preloaded on the GPU")
     a = ap.parse_args()
 
     rank = int(os.environ.get("OMPI_COMM_WORLD_RANK", os.environ.get("RANK", 0)))
@@ -39,7 +41,8 @@ def main():
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     os.environ.setdefault("MASTER_PORT", "29533")
     torch.set_num_threads(a.threads)
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+    dev = torch.device("cuda", 0) if a.device == "cuda" else torch.device("cpu")
+    dist.init_process_group("nccl" if a.device == "cuda" else "gloo", rank=rank, world_size=world)
     torch.manual_seed(a.seed)
 
     xtr = read_idx(find(a.data, "train-images-idx3-ubyte")).astype(np.float32) / 255.0
@@ -49,9 +52,10 @@ def main():
     mean, std = float(xtr.mean()), float(xtr.std())  # same normalisation as mnist_ddp
     xtr = torch.from_numpy((xtr - mean) / std).unsqueeze(1)
     xte = torch.from_numpy((xte - mean) / std).unsqueeze(1)
-    ytr, yte = torch.from_numpy(ytr), torch.from_numpy(yte)
+    ytr, yte = torch.from_numpy(ytr).to(dev), torch.from_numpy(yte).to(dev)
+    xtr, xte = xtr.to(dev), xte.to(dev)
 
-    model = DDP(ConvNet())
+    model = DDP(ConvNet().to(dev), device_ids=[0] if a.device == "cuda" else None)
     crit = nn.CrossEntropyLoss()
     opt = torch.optim.SGD(model.parameters(), a.lr, momentum=a.momentum)
     sampler = DistributedSampler(range(len(ytr)), num_replicas=world, rank=rank, shuffle=True,
@@ -59,7 +63,7 @@ def main():
     train_s, images = 0.0, 0
     for epoch in range(a.epochs):
         sampler.set_epoch(epoch)
-        idx = torch.tensor(list(iter(sampler)))
+        idx = torch.tensor(list(iter(sampler)), device=dev)
         model.train()
         dist.barrier()
         t0 = time.perf_counter()
@@ -71,12 +75,14 @@ def main():
             loss.backward()
             opt.step()
             images += len(bi) * world
+        if a.device == "cuda":
+            torch.cuda.synchronize()
         dist.barrier()
         train_s += time.perf_counter() - t0
     # Exact evaluation: each rank a contiguous shard, totals all-reduced.
     model.eval()
     lo, hi = len(yte) * rank // world, len(yte) * (rank + 1) // world
-    correct = torch.zeros(2)
+    correct = torch.zeros(2, device=dev)
     with torch.no_grad():
         for b in range(lo, hi, 1000):
             out = model(xte[b:min(b + 1000, hi)])
@@ -84,7 +90,8 @@ def main():
             correct[1] += out.shape[0]
     dist.all_reduce(correct)
     if rank == 0:
-        print(json.dumps({"impl": "pytorch_ddp_gloo", "torch": torch.__version__, "world": world,
+        print(json.dumps({"impl": "pytorch_ddp_" + ("nccl" if a.device == "cuda" else "gloo"),
+                          "torch": torch.__version__, "world": world,
                           "images_per_s": images / train_s, "train_s": train_s,
                           "top1": float(correct[0] / correct[1]), "test_count": int(correct[1])}))
     dist.destroy_process_group()
