@@ -108,6 +108,11 @@ void build(CLI::App& app, Config& c, EnumText& t) {
   app.add_option("--check-replicas", c.check_replicas,
                  "every N steps compare a hash of the parameters across ranks (0: off)")
       ->check(kNonNegative);
+  app.add_option("--bucket-cap-kb", c.bucket_cap_kb,
+                 "gradient bucket size in KiB (reverse layer order; 25 gives this model 3 buckets)")
+      ->check(CLI::Range(1, 1 << 20));
+  app.add_flag("--no-overlap", c.no_overlap,
+               "one all-reduce after backward instead of per-bucket all-reduces during it");
   app.add_flag("--print-env", c.print_env,
                "print how rank, local rank and node were derived, then exit");
   app.add_option("--progress", t.progress, "live progress line: auto (on a TTY) | on | off")
@@ -204,6 +209,8 @@ std::string config_json(const Config& c) {
       {"log_dir", c.log_dir},
       {"log_every", c.log_every},
       {"check_replicas", c.check_replicas},
+      {"bucket_cap_kb", c.bucket_cap_kb},
+      {"no_overlap", c.no_overlap},
       {"checkpoint_dir", c.checkpoint_dir},
       {"checkpoint_every", c.checkpoint_every},
       {"keep", c.keep},

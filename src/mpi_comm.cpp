@@ -1,6 +1,8 @@
 // mpi_comm.cpp — MpiComm: Comm over MPI_COMM_WORLD on host memory.
 #include <mpi.h>
 
+#include <vector>
+
 #include "mnist_ddp/check.hpp"
 #include "mnist_ddp/comm.hpp"
 #include "mnist_ddp/mpi_types.hpp"
@@ -23,6 +25,34 @@ class MpiComm final : public Comm {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   void barrier() override { MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD)); }
+
+  int start_allreduce_sum(std::span<float> d) override {
+    count_bytes(d.size_bytes());
+    if (size_ == 1 || d.empty()) return -1;
+    MPI_Request req = MPI_REQUEST_NULL;
+    // Non-blocking collective: progressed by test() calls from the backward pass.
+    MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, d.data(), to_count(d.size()), MPI_FLOAT, MPI_SUM,
+                             MPI_COMM_WORLD, &req));
+    requests_.push_back(req);
+    return static_cast<int>(requests_.size() - 1);
+  }
+  bool test(int request) override {
+    if (request < 0) return true;
+    MPI_Request& r = requests_[static_cast<std::size_t>(request)];
+    if (r == MPI_REQUEST_NULL) return true;
+    int done = 0;
+    MPI_CHECK(MPI_Test(&r, &done, MPI_STATUS_IGNORE));
+    return done != 0;
+  }
+  void wait(int request) override {
+    if (request < 0) return;
+    MPI_Request& r = requests_[static_cast<std::size_t>(request)];
+    if (r != MPI_REQUEST_NULL) MPI_CHECK(MPI_Wait(&r, MPI_STATUS_IGNORE));
+    // All of a step's requests are waited for before the next step starts new ones.
+    bool all_done = true;
+    for (const auto& q : requests_) all_done = all_done && q == MPI_REQUEST_NULL;
+    if (all_done) requests_.clear();
+  }
   [[noreturn]] void abort(int code) override {
     MPI_Abort(MPI_COMM_WORLD, code);
     std::abort();
@@ -46,6 +76,7 @@ class MpiComm final : public Comm {
  private:
   int rank_ = 0;
   int size_ = 1;
+  std::vector<MPI_Request> requests_;
 };
 
 }  // namespace

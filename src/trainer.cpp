@@ -68,6 +68,10 @@ Trainer::Trainer(const Config& cfg, Comm& comm, Comm& data_comm, Ops& ops, ConvN
   lr_.warmup_steps = cfg.warmup_steps;
   lr_.total_steps = total_steps_;
   lr_.min_lr = cfg.min_lr;
+  if (ops.device() == Device::Cpu) {
+    reducer_ = std::make_unique<Reducer>(
+        data_comm, model, static_cast<std::size_t>(cfg.bucket_cap_kb) * 1024, !cfg.no_overlap);
+  }
   const int max_batch = model.max_batch();
   x_ = Tensor({max_batch, kImagePixels}, ops.device());
   dlogits_ = Tensor({max_batch, kClasses}, ops.device());
@@ -85,8 +89,14 @@ double Trainer::step(const float* x, const std::int32_t* y, int n, Mode mode) {
   const float* logits = model_.forward(x, n, mode);
   // Mean loss over the local batch; averaging the gradients over ranks gives the global mean.
   const double loss = ops_.softmax_cross_entropy(n, kClasses, logits, y, dlogits_.data(), 1.0 / n);
-  model_.backward(dlogits_.data(), nullptr);
-  average_gradients(data_comm_, model_);
+  if (reducer_) {
+    // Each bucket's all-reduce starts as soon as backward has produced its gradients.
+    model_.backward(dlogits_.data(), [this](int layer) { reducer_->layer_ready(layer); });
+    reducer_->finish();
+  } else {
+    model_.backward(dlogits_.data(), nullptr);
+    average_gradients(data_comm_, model_);
+  }
   last_lr_ = learning_rate(lr_, step_, epoch_);
   sgd_.step(model_.params(), model_.grads(), last_lr_);
   ++step_;
@@ -297,6 +307,24 @@ TrainResult Trainer::run() {
     train_seconds += seconds_since(t0);
     if (window_images_ > 0) log_window(epoch_, train_seconds);
     const bool epoch_done = offset_ >= static_cast<std::int64_t>(order.size());
+    if (reducer_) {
+      const ReducerStats rs = reducer_->take_stats();
+      log_.info(
+          fmt::format("comm epoch {}: {} buckets{}, ~{} sent per rank, {:.1f} ms in flight, "
+                      "{:.1f} ms exposed (not hidden by backward)",
+                      epoch_ + 1, reducer_->buckets().size(),
+                      cfg_.no_overlap ? " (--no-overlap: one all-reduce)" : "",
+                      fmt_bytes(static_cast<double>(rs.wire_bytes)), 1e3 * rs.comm_seconds,
+                      1e3 * rs.exposed_seconds));
+      log_.metrics({{"event", "comm"},
+                    {"epoch", epoch_ + 1},
+                    {"step", step_},
+                    {"buckets", reducer_->buckets().size()},
+                    {"overlap", !cfg_.no_overlap},
+                    {"wire_bytes", rs.wire_bytes},
+                    {"comm_s", rs.comm_seconds},
+                    {"exposed_s", rs.exposed_seconds}});
+    }
     const EvalResult e = evaluate();
     res.final_eval = e;
     res.evaluated = true;

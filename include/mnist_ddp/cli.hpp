@@ -45,6 +45,8 @@ struct Config {
   std::string resume = "none";  // none | auto | PATH
   std::int64_t log_every = 50;
   std::int64_t check_replicas = 0;
+  int bucket_cap_kb = 25;  // gives this model 3 buckets: fc (61 KiB), layer2 (50 KiB), layer1
+  bool no_overlap = false;
   bool print_env = false;
   Progress progress = Progress::Auto;
 };

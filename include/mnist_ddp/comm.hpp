@@ -36,6 +36,13 @@ class Comm {
   // recv.size() == send.size() * size(); rank r's block lands at recv[r * send.size()].
   void allgather(std::span<const std::uint64_t> send, std::span<std::uint64_t> recv);
 
+  // Non-blocking sum all-reduce (in place): start, then test (progress; true when done) or wait.
+  // The base class completes it at once (blocking); MpiComm uses MPI_Iallreduce so the reduction
+  // can progress while backward computes.
+  virtual int start_allreduce_sum(std::span<float> data);
+  virtual bool test(int request);
+  virtual void wait(int request);
+
   virtual void barrier() = 0;
   // Ends every rank of the job now (internal failures only).
   [[noreturn]] virtual void abort(int code) = 0;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -14,6 +15,7 @@
 #include "mnist_ddp/log.hpp"
 #include "mnist_ddp/model.hpp"
 #include "mnist_ddp/optimizer.hpp"
+#include "mnist_ddp/reducer.hpp"
 #include "mnist_ddp/tensor.hpp"
 
 namespace mnist_ddp {
@@ -73,6 +75,7 @@ class Trainer {
   const DataSplit& data_;
   Logger& log_;
   Sgd sgd_;
+  std::unique_ptr<Reducer> reducer_;  // host-memory backends; the GPU path averages after backward
   LrConfig lr_;
   CheckpointLayout layout_;
   std::int64_t steps_per_epoch_ = 0;

@@ -35,6 +35,8 @@ assert all(k in t[0] for k in ("step", "epoch", "loss", "lr", "images_per_s", "c
 assert t[-1]["comm_bytes"] > t[0]["comm_bytes"] > 0
 e = [r for r in rows if r["event"] == "epoch"][-1]
 assert e["count"] == 10000, e
+c = [r for r in rows if r["event"] == "comm"][-1]
+assert c["buckets"] == 3 and c["overlap"] and c["wire_bytes"] > 0 and c["exposed_s"] >= 0, c
 PY
 then pass "metrics_jsonl_schema"; else fail "metrics_jsonl_schema" "$(head -3 "$TMP/log2/metrics.jsonl")"; fi
 

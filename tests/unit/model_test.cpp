@@ -10,6 +10,7 @@
 
 #include "mnist_ddp/model.hpp"
 #include "mnist_ddp/ops.hpp"
+#include "mnist_ddp/reducer.hpp"
 #include "mnist_ddp/rng.hpp"
 
 namespace mnist_ddp {
@@ -150,6 +151,36 @@ TEST(ConvNet, TrainForwardUpdatesRunningStatsEvalDoesNot) {
   EXPECT_FALSE(std::equal(before.begin(), before.end(), m.buffers().begin()));
   EXPECT_EQ(m.num_batches_tracked()[0], 1);
   EXPECT_EQ(m.num_batches_tracked()[1], 1);
+}
+
+}  // namespace
+}  // namespace mnist_ddp
+
+namespace mnist_ddp {
+namespace {
+
+TEST(Buckets, ReverseLayerOrderUpToTheCap) {
+  auto ops = make_cpu_ops();
+  ConvNet m(*ops, 2);
+  const auto fc = m.layer_range(2), l2 = m.layer_range(1), l1 = m.layer_range(0);
+  // 25 KiB: every layer alone (fc 61 KiB and layer2 50 KiB exceed it by themselves).
+  auto b = make_buckets(m, 25 * 1024);
+  ASSERT_EQ(b.size(), 3u);
+  EXPECT_EQ(b[0].layers, std::vector<int>{2});
+  EXPECT_EQ(b[0].offset, fc.first);
+  EXPECT_EQ(b[1].layers, std::vector<int>{1});
+  EXPECT_EQ(b[2].layers, std::vector<int>{0});
+  EXPECT_EQ(b[2].offset, 0u);
+  // 64 KiB: fc alone, then layer2 + layer1 together (53 KiB).
+  b = make_buckets(m, 64 * 1024);
+  ASSERT_EQ(b.size(), 2u);
+  EXPECT_EQ(b[1].layers, (std::vector<int>{1, 0}));
+  EXPECT_EQ(b[1].offset, 0u);
+  EXPECT_EQ(b[1].count, l2.second + l1.second);
+  // 1 MiB: one bucket, the whole arena.
+  b = make_buckets(m, 1 << 20);
+  ASSERT_EQ(b.size(), 1u);
+  EXPECT_EQ(b[0].count, m.params().size());
 }
 
 }  // namespace
