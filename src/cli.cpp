@@ -40,6 +40,7 @@ struct EnumText {
   std::string cpu_kernels = "onednn";
   std::string comm = "auto";
   std::string tf32 = "on";
+  std::string compression = "none";
   std::string progress = "auto";
 };
 
@@ -111,6 +112,10 @@ void build(CLI::App& app, Config& c, EnumText& t) {
   app.add_option("--bucket-cap-kb", c.bucket_cap_kb,
                  "gradient bucket size in KiB (reverse layer order; 25 gives this model 3 buckets)")
       ->check(CLI::Range(1, 1 << 20));
+  app.add_option(
+         "--compression", t.compression,
+         "gradient communication hook: none | fp16 | bf16 (divide by world size, 16-bit sum)")
+      ->check(CLI::IsMember({"none", "fp16", "bf16"}));
   app.add_flag("--no-overlap", c.no_overlap,
                "one all-reduce after backward instead of per-bucket all-reduces during it");
   app.add_flag("--print-env", c.print_env,
@@ -155,6 +160,9 @@ ParseOutcome parse_cli(int argc, char** argv, Config& cfg, bool print) {
   cfg.device = devices.at(text.device);
   cfg.cpu_kernels = text.cpu_kernels == "onednn" ? CpuKernels::OneDnn : CpuKernels::Reference;
   cfg.tf32 = text.tf32 == "on";
+  cfg.compression = text.compression == "fp16"   ? Compression::Fp16
+                    : text.compression == "bf16" ? Compression::Bf16
+                                                 : Compression::None;
   cfg.comm = text.comm == "nccl"  ? CommChoice::Nccl
              : text.comm == "mpi" ? CommChoice::Mpi
                                   : CommChoice::Auto;
@@ -211,6 +219,7 @@ std::string config_json(const Config& c) {
       {"check_replicas", c.check_replicas},
       {"bucket_cap_kb", c.bucket_cap_kb},
       {"no_overlap", c.no_overlap},
+      {"compression", to_string(c.compression)},
       {"checkpoint_dir", c.checkpoint_dir},
       {"checkpoint_every", c.checkpoint_every},
       {"keep", c.keep},

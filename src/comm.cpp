@@ -1,6 +1,8 @@
 // comm.cpp — the typed front of Comm (dtype dispatch, byte accounting, averaging).
 #include "mnist_ddp/comm.hpp"
 
+#include "mnist_ddp/check.hpp"
+
 namespace mnist_ddp {
 
 void Comm::allreduce(std::span<float> d, ReduceOp op) {
@@ -28,6 +30,10 @@ void Comm::allreduce_avg(std::span<float> d) {
 int Comm::start_allreduce_sum(std::span<float> d) {
   allreduce(d, ReduceOp::Sum);
   return -1;
+}
+int Comm::start_allreduce_sum16(std::span<std::uint16_t>, bool) {
+  throw UserError(
+      "--compression fp16/bf16: this communicator has no 16-bit all-reduce (CPU/MPI only)");
 }
 bool Comm::test(int) {
   return true;

@@ -55,6 +55,10 @@ int run(int argc, char** argv, int rank, int world, const MpiLocality& locality,
   Device device = Device::Cpu;
   run_agreed(*comm, [&] {
     device = resolve_device(cfg.device);
+    if (device == Device::Cuda && cfg.compression != Compression::None) {
+      throw UserError(
+          "--compression: the fp16/bf16 hooks run on the CPU backend only in this version");
+    }
     if (device == Device::Cpu && cfg.comm == CommChoice::Nccl) {
       throw UserError("--comm nccl works on GPU memory: use it with --device cuda (or --comm mpi)");
     }

@@ -30,8 +30,15 @@ std::vector<Bucket> make_buckets(const ConvNet& model, std::size_t cap_bytes) {
   return out;
 }
 
-Reducer::Reducer(Comm& comm, ConvNet& model, std::size_t cap_bytes, bool overlap)
-    : comm_(comm), model_(model), overlap_(overlap), buckets_(make_buckets(model, cap_bytes)) {
+Reducer::Reducer(Comm& comm, ConvNet& model, std::size_t cap_bytes, bool overlap,
+                 Compression compression)
+    : comm_(comm),
+      model_(model),
+      overlap_(overlap),
+      compression_(compression),
+      buckets_(make_buckets(model, cap_bytes)) {
+  encoded_.resize(buckets_.size());
+  for (std::size_t b = 0; b < buckets_.size(); ++b) encoded_[b].resize(buckets_[b].count);
   ready_.assign(buckets_.size(), 0);
   request_.assign(buckets_.size(), -2);
   started_.assign(buckets_.size(), 0);
@@ -43,12 +50,27 @@ Reducer::Reducer(Comm& comm, ConvNet& model, std::size_t cap_bytes, bool overlap
 void Reducer::launch(std::size_t b) {
   auto grads = model_.grads().subspan(buckets_[b].offset, buckets_[b].count);
   started_[b] = now();
-  // Collective (non-blocking where the comm supports it): this bucket's gradients, summed over
-  // ranks, while backward computes the earlier layers.
-  request_[b] = comm_.start_allreduce_sum(grads);
-  launch_order_.push_back(static_cast<int>(b));
   const double r = comm_.size();
-  stats_.wire_bytes += static_cast<std::uint64_t>(2.0 * (r - 1) / r * grads.size_bytes());
+  if (compression_ == Compression::None) {
+    // Collective (non-blocking where the comm supports it): this bucket's gradients, summed over
+    // ranks, while backward computes the earlier layers.
+    request_[b] = comm_.start_allreduce_sum(grads);
+    stats_.wire_bytes += static_cast<std::uint64_t>(2.0 * (r - 1) / r * grads.size_bytes());
+  } else {
+    // PyTorch's fp16/bf16 hook: cast, divide by the world size in 16 bits, then a 16-bit sum.
+    auto& enc = encoded_[b];
+    encode16(grads, enc, compression_);
+    const bool bf16 = compression_ == Compression::Bf16;
+    for (auto& h : enc) {
+      h = bf16 ? to_bf16(from_bf16(h) / static_cast<float>(r))
+               : to_fp16(from_fp16(h) / static_cast<float>(r));
+    }
+    // Collective (non-blocking): the 16-bit encoding, summed by a user-defined MPI reduction.
+    request_[b] = comm_.start_allreduce_sum16(enc, bf16);
+    stats_.wire_bytes +=
+        static_cast<std::uint64_t>(2.0 * (r - 1) / r * enc.size() * sizeof(std::uint16_t));
+  }
+  launch_order_.push_back(static_cast<int>(b));
 }
 
 void Reducer::layer_ready(int layer) {
@@ -69,7 +91,12 @@ void Reducer::layer_ready(int layer) {
 
 void Reducer::finish() {
   const double t0 = now();
-  if (!overlap_) {
+  if (!overlap_ && compression_ != Compression::None) {
+    // No overlap with a hook: every bucket now, one after the other.
+    launch_order_.clear();
+    for (std::size_t b = 0; b < buckets_.size(); ++b) launch(b);
+  }
+  if (!overlap_ && compression_ == Compression::None) {
     launch_order_.clear();
     // Collective: one all-reduce of the whole arena after backward (the comparison mode).
     const auto g = model_.grads();
@@ -89,9 +116,14 @@ void Reducer::finish() {
     } else {
       comm_.wait(request_[b]);  // releases the request
     }
-    // Sum, then divide (bit-identical to allreduce_avg on the whole arena).
-    const float n = static_cast<float>(comm_.size());
-    for (float& x : model_.grads().subspan(buckets_[b].offset, buckets_[b].count)) x /= n;
+    auto grads = model_.grads().subspan(buckets_[b].offset, buckets_[b].count);
+    if (compression_ != Compression::None) {
+      decode16(encoded_[b], grads, compression_);  // already divided before the sum
+    } else {
+      // Sum, then divide (bit-identical to allreduce_avg on the whole arena).
+      const float n = static_cast<float>(comm_.size());
+      for (float& x : grads) x /= n;
+    }
   }
   stats_.exposed_seconds += now() - t0;
   for (std::size_t b = 0; b < buckets_.size(); ++b) {

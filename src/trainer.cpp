@@ -69,8 +69,9 @@ Trainer::Trainer(const Config& cfg, Comm& comm, Comm& data_comm, Ops& ops, ConvN
   lr_.total_steps = total_steps_;
   lr_.min_lr = cfg.min_lr;
   if (ops.device() == Device::Cpu) {
-    reducer_ = std::make_unique<Reducer>(
-        data_comm, model, static_cast<std::size_t>(cfg.bucket_cap_kb) * 1024, !cfg.no_overlap);
+    reducer_ = std::make_unique<Reducer>(data_comm, model,
+                                         static_cast<std::size_t>(cfg.bucket_cap_kb) * 1024,
+                                         !cfg.no_overlap, cfg.compression);
   }
   const int max_batch = model.max_batch();
   x_ = Tensor({max_batch, kImagePixels}, ops.device());

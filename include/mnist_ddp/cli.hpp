@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <string>
 
+#include "mnist_ddp/compress.hpp"
 #include "mnist_ddp/device.hpp"
 #include "mnist_ddp/optimizer.hpp"
 
@@ -47,6 +48,7 @@ struct Config {
   std::int64_t check_replicas = 0;
   int bucket_cap_kb = 25;  // gives this model 3 buckets: fc (61 KiB), layer2 (50 KiB), layer1
   bool no_overlap = false;
+  Compression compression = Compression::None;
   bool print_env = false;
   Progress progress = Progress::Auto;
 };

@@ -36,6 +36,11 @@ class Comm {
   // recv.size() == send.size() * size(); rank r's block lands at recv[r * send.size()].
   void allgather(std::span<const std::uint64_t> send, std::span<std::uint64_t> recv);
 
+  // Non-blocking sum all-reduce of 16-bit encoded floats (fp16 or bf16: `bf16` selects), summed
+  // in that format by a user-defined reduction (MPI has no 16-bit float type). Same request
+  // handling as start_allreduce_sum. The base class has no 16-bit path (UserError).
+  virtual int start_allreduce_sum16(std::span<std::uint16_t> data, bool bf16);
+
   // Non-blocking sum all-reduce (in place): start, then test (progress; true when done) or wait.
   // The base class completes it at once (blocking); MpiComm uses MPI_Iallreduce so the reduction
   // can progress while backward computes.

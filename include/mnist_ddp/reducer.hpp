@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "mnist_ddp/comm.hpp"
+#include "mnist_ddp/compress.hpp"
 #include "mnist_ddp/model.hpp"
 
 namespace mnist_ddp {
@@ -31,7 +32,10 @@ struct ReducerStats {
 
 class Reducer {
  public:
-  Reducer(Comm& comm, ConvNet& model, std::size_t cap_bytes, bool overlap);
+  // compression fp16/bf16: each bucket is cast to 16 bits, divided by the world size, summed in
+  // 16 bits and decoded (PyTorch's fp16/bf16 compress hooks); none: sum, then divide.
+  Reducer(Comm& comm, ConvNet& model, std::size_t cap_bytes, bool overlap,
+          Compression compression = Compression::None);
   // Backward's "layer ready" callback: launches every bucket whose layers are all ready and
   // progresses those in flight.
   void layer_ready(int layer);
@@ -48,9 +52,11 @@ class Reducer {
   Comm& comm_;
   ConvNet& model_;
   bool overlap_;
+  Compression compression_;
   std::vector<Bucket> buckets_;
-  std::vector<int> ready_;    // per bucket: layers still missing this step
-  std::vector<int> request_;  // per bucket: comm request, -2 = not started
+  std::vector<std::vector<std::uint16_t>> encoded_;  // per bucket, alive until its reduce ends
+  std::vector<int> ready_;                           // per bucket: layers still missing this step
+  std::vector<int> request_;                         // per bucket: comm request, -2 = not started
   std::vector<double> started_;
   std::vector<bool> done_;
   std::vector<int> launch_order_;

@@ -15,6 +15,7 @@
 #include "mnist_ddp/check.hpp"
 #include "mnist_ddp/checkpoint.hpp"
 #include "mnist_ddp/comm.hpp"
+#include "mnist_ddp/compress.hpp"
 #include "mnist_ddp/dataset.hpp"
 #include "mnist_ddp/ddp.hpp"
 #include "mnist_ddp/log.hpp"
@@ -219,6 +220,49 @@ TEST(Ddp, OverlappedBucketsLaunchInReverseOrderAndEqualOneAllreduce) {
   const ReducerStats s = red.take_stats();
   if (comm().size() > 1) {
     EXPECT_GT(s.wire_bytes, 0u);
+  }
+}
+
+TEST(Ddp, Fp16AndBf16HooksApproximateTheAverage) {
+  const int r = comm().rank(), n = comm().size();
+  // A 16-bit sum of small integers is exact.
+  std::vector<std::uint16_t> h = {to_fp16(static_cast<float>(r + 1)),
+                                  to_bf16(static_cast<float>(r + 1))};
+  std::vector<std::uint16_t> f16 = {h[0]}, b16 = {h[1]};
+  comm().wait(comm().start_allreduce_sum16(f16, false));
+  comm().wait(comm().start_allreduce_sum16(b16, true));
+  EXPECT_EQ(from_fp16(f16[0]), static_cast<float>(n * (n + 1) / 2));
+  EXPECT_EQ(from_bf16(b16[0]), static_cast<float>(n * (n + 1) / 2));
+  // The hooks through the Reducer: the average within 16-bit rounding of the fp32 average.
+  auto ops = make_cpu_ops();
+  for (Compression c : {Compression::Fp16, Compression::Bf16}) {
+    ConvNet a(*ops, 4), b(*ops, 4);
+    a.init(9);
+    b.init(9);
+    SplitMix64 g(400 + static_cast<std::uint64_t>(r));
+    std::vector<float> x(4 * 784), dl(40);
+    for (auto& v : x) v = g.uniform(-1, 2);
+    const std::vector<std::int32_t> y = {5, 6, 7, 8};
+    for (ConvNet* m : {&a, &b})
+      ops->softmax_cross_entropy(4, 10, m->forward(x.data(), 4, Mode::Train), y.data(), dl.data(),
+                                 0.25);
+    Reducer red(comm(), a, 25 * 1024, true, c);
+    a.backward(dl.data(), [&](int layer) { red.layer_ready(layer); });
+    red.finish();
+    b.backward(dl.data(), nullptr);
+    comm().allreduce_avg(b.grads());
+    const double ulp = c == Compression::Fp16 ? std::ldexp(1.0, -10) : std::ldexp(1.0, -7);
+    double worst = 0, scale = 1e-6;
+    for (float v : b.grads()) scale = std::max(scale, std::abs(double(v)));
+    for (std::size_t i = 0; i < a.grads().size(); ++i)
+      worst = std::max(worst, std::abs(double(a.grads()[i]) - b.grads()[i]) / scale);
+    // Encode + divide + (n-1) 16-bit additions: a few ulps of the largest gradient.
+    EXPECT_LT(worst, 4 * n * ulp) << to_string(c);
+    EXPECT_GT(worst, 0.0) << to_string(c) << " should be lossy";
+    const ReducerStats s = red.take_stats();
+    if (n > 1) {
+      EXPECT_EQ(s.wire_bytes, static_cast<std::uint64_t>(2.0 * (n - 1) / n * a.grads().size() * 2));
+    }
   }
 }
 

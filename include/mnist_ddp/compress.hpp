@@ -1,0 +1,25 @@
+// compress.hpp — gradient compression hooks (PyTorch's DDP communication hooks): 16-bit
+// encodings of float32 (IEEE fp16, bfloat16; round to nearest even) and the hook selection.
+// fp16/bf16: divide by the world size first (as PyTorch), encode, all-reduce the 16-bit values
+// with a 16-bit sum, decode.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+namespace mnist_ddp {
+
+enum class Compression { None, Fp16, Bf16 };
+
+std::uint16_t to_fp16(float x);
+float from_fp16(std::uint16_t h);
+std::uint16_t to_bf16(float x);
+float from_bf16(std::uint16_t h);
+
+// Encode/decode a whole buffer (out.size() == in.size()).
+void encode16(std::span<const float> in, std::span<std::uint16_t> out, Compression c);
+void decode16(std::span<const std::uint16_t> in, std::span<float> out, Compression c);
+
+const char* to_string(Compression c);
+
+}  // namespace mnist_ddp
