@@ -84,7 +84,6 @@ CU_OBJS := $(CU_SRCS:%.cu=$(BUILD)/%.o)
 LIB_OBJS := $(LIB_SRCS:%.cpp=$(BUILD)/%.o) $(CU_OBJS)
 MAIN_OBJ := $(BUILD)/src/main.o
 UNIT_SRCS := $(wildcard tests/unit/*.cpp)
-GTEST_INCLUDES := -I/usr/include
 UNIT_OBJS := $(UNIT_SRCS:%.cpp=$(BUILD)/%.o)
 MPI_TEST_SRCS := $(wildcard tests/mpi/*.cpp)
 MPI_TEST_CU := $(if $(filter 1,$(USE_CUDA)),$(wildcard tests/mpi/*.cu))
@@ -120,7 +119,6 @@ $(BUILD)/%.o: %.cpp
 $(BUILD)/%.o: %.cu
 	@mkdir -p $(@D)
 	$(NVCC) $(NVCCFLAGS) $(CUDA_INCLUDES) -DOMPI_SKIP_MPICXX=1 -Iinclude $(MPI_CFLAGS) $(HDF5_CFLAGS) -MMD -MP -c -o $@ $<
-# (tests/mpi/*.cu use GoogleTest from the system include path, which nvcc searches too.)
 
 $(UNIT_BIN): $(UNIT_OBJS) $(LIB_OBJS)
 	$(CXX) $(CXXFLAGS) -o $@ $^ -lgtest -lgtest_main $(LDLIBS)
@@ -168,7 +166,8 @@ bundle: all $(UNIT_BIN) $(MPI_TEST_BIN) $(BENCH_BIN)
 	@tools/make-bundle.sh
 
 format:
-	clang-format -i include/mnist_ddp/*.hpp src/*.cpp src/cpu/*.cpp tests/unit/*.cpp tests/mpi/*.cpp bench/*.cpp
+	clang-format -i include/mnist_ddp/*.hpp src/*.cpp src/cpu/*.cpp src/cuda/*.cu tests/unit/*.cpp \
+	  tests/unit/*.hpp tests/mpi/*.cpp tests/mpi/*.cu bench/*.cpp
 
 clean:
 	rm -rf $(BUILD) $(BIN)

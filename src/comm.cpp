@@ -44,10 +44,6 @@ void Comm::broadcast(std::span<float> d, int root) {
   count_bytes(d.size_bytes());
   broadcast_raw(d.data(), d.size(), DType::F32, root);
 }
-void Comm::broadcast(std::span<double> d, int root) {
-  count_bytes(d.size_bytes());
-  broadcast_raw(d.data(), d.size(), DType::F64, root);
-}
 void Comm::broadcast(std::span<std::int64_t> d, int root) {
   count_bytes(d.size_bytes());
   broadcast_raw(d.data(), d.size(), DType::I64, root);
@@ -55,10 +51,6 @@ void Comm::broadcast(std::span<std::int64_t> d, int root) {
 void Comm::broadcast(std::span<std::uint64_t> d, int root) {
   count_bytes(d.size_bytes());
   broadcast_raw(d.data(), d.size(), DType::U64, root);
-}
-void Comm::broadcast(std::span<std::uint8_t> d, int root) {
-  count_bytes(d.size_bytes());
-  broadcast_raw(d.data(), d.size(), DType::U8, root);
 }
 void Comm::allgather(std::span<const std::uint64_t> send, std::span<std::uint64_t> recv) {
   count_bytes(send.size_bytes());

@@ -30,10 +30,6 @@ void install_stop_handlers() {
   sigaction(SIGTERM, &sa, nullptr);
 }
 
-int pending_stop_signal() {
-  return static_cast<int>(g_signal);
-}
-
 int agree_stop_signal(Comm& comm) {
   std::int32_t s = static_cast<std::int32_t>(g_signal);
   // Collective: if any rank was signalled, every rank learns it at the same step boundary.

@@ -58,13 +58,4 @@ void Tensor::release() {
   data_ = nullptr;
 }
 
-std::span<float> Tensor::host_span() {
-  MNIST_DDP_CHECK(device_ == Device::Cpu, "host_span() of a device tensor");
-  return {data_, numel_};
-}
-std::span<const float> Tensor::host_span() const {
-  MNIST_DDP_CHECK(device_ == Device::Cpu, "host_span() of a device tensor");
-  return {data_, numel_};
-}
-
 }  // namespace mnist_ddp

@@ -28,10 +28,8 @@ class Comm {
   virtual void allreduce_avg(std::span<float> data);
 
   void broadcast(std::span<float> data, int root);
-  void broadcast(std::span<double> data, int root);
   void broadcast(std::span<std::int64_t> data, int root);
   void broadcast(std::span<std::uint64_t> data, int root);
-  void broadcast(std::span<std::uint8_t> data, int root);
 
   // recv.size() == send.size() * size(); rank r's block lands at recv[r * send.size()].
   void allgather(std::span<const std::uint64_t> send, std::span<std::uint64_t> recv);

@@ -10,8 +10,6 @@ namespace mnist_ddp {
 
 // Installs the SIGINT and SIGTERM handlers (idempotent).
 void install_stop_handlers();
-// The first stop signal this process received, 0 if none.
-int pending_stop_signal();
 // Collective: the largest pending signal over all ranks (0: keep going).
 int agree_stop_signal(Comm& comm);
 // "SIGTERM", "SIGINT", ...

@@ -3,7 +3,6 @@
 #pragma once
 
 #include <cstddef>
-#include <span>
 #include <vector>
 
 #include "mnist_ddp/device.hpp"
@@ -25,9 +24,6 @@ class Tensor {
   std::size_t numel() const { return numel_; }
   const std::vector<int>& shape() const { return shape_; }
   Device device() const { return device_; }
-  // Host view; only valid for CPU tensors.
-  std::span<float> host_span();
-  std::span<const float> host_span() const;
 
  private:
   void release();

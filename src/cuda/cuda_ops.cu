@@ -22,7 +22,9 @@ namespace mnist_ddp {
 namespace {
 
 constexpr int kThreads = 256;
-unsigned blocks_for(std::size_t n) { return static_cast<unsigned>((n + kThreads - 1) / kThreads); }
+unsigned blocks_for(std::size_t n) {
+  return static_cast<unsigned>((n + kThreads - 1) / kThreads);
+}
 
 // ---- kernels ------------------------------------------------------------------------------------
 
@@ -102,10 +104,9 @@ __global__ void bn_relu_pool_fwd_kernel(int c, int n, int h, int w, const float*
 }
 
 // One block per channel: sums over the pooled grid of g (relu-masked dy) and g*(x[argmax]-mean).
-__global__ void bn_relu_pool_sums_kernel(int c, int n, int h, int w, const float* x,
-                                         const float* y, const float* dy,
-                                         const std::uint8_t* arg, const float* mean,
-                                         double* sums) {
+__global__ void bn_relu_pool_sums_kernel(int c, int n, int h, int w, const float* x, const float* y,
+                                         const float* dy, const std::uint8_t* arg,
+                                         const float* mean, double* sums) {
   const int ch = blockIdx.x, oh = h / 2, ow = w / 2;
   const long per = static_cast<long>(oh) * ow, m = n * per;
   double s1 = 0, s2 = 0;
@@ -126,8 +127,8 @@ __global__ void bn_relu_pool_sums_kernel(int c, int n, int h, int w, const float
 }
 
 // dgamma/dbeta from the sums (one thread per channel).
-__global__ void bn_param_grads_kernel(int c, const double* sums, const float* invstd,
-                                      float* dgamma, float* dbeta) {
+__global__ void bn_param_grads_kernel(int c, const double* sums, const float* invstd, float* dgamma,
+                                      float* dbeta) {
   const int ch = blockIdx.x * blockDim.x + threadIdx.x;
   if (ch >= c) return;
   dbeta[ch] = static_cast<float>(sums[2 * ch]);
@@ -136,10 +137,9 @@ __global__ void bn_param_grads_kernel(int c, const double* sums, const float* in
 
 // One thread per pooled window: dx at its four positions.
 __global__ void bn_relu_pool_dx_kernel(int c, int n, int h, int w, const float* x, const float* y,
-                                       const float* dy, const std::uint8_t* arg,
-                                       const float* gamma, const float* mean,
-                                       const float* invstd, const double* sums, bool batch_stats,
-                                       float* dx) {
+                                       const float* dy, const std::uint8_t* arg, const float* gamma,
+                                       const float* mean, const float* invstd, const double* sums,
+                                       bool batch_stats, float* dx) {
   const int oh = h / 2, ow = w / 2;
   const long total = static_cast<long>(n) * c * oh * ow;
   const long t = blockIdx.x * static_cast<long>(blockDim.x) + threadIdx.x;
@@ -203,8 +203,8 @@ __global__ void softmax_xent_kernel(int n, int classes, const float* z, const st
   }
 }
 
-__global__ void sgd_kernel(std::size_t n, float* p, const float* g, float* buf, float lr,
-                           float mom, float damp, float wd, bool nesterov, bool first) {
+__global__ void sgd_kernel(std::size_t n, float* p, const float* g, float* buf, float lr, float mom,
+                           float damp, float wd, bool nesterov, bool first) {
   const std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
   if (i >= n) return;
   float d = g[i];
@@ -253,7 +253,8 @@ class CudaOps final : public Ops {
     CUDNN_CHECK(cudnnCreate(&cudnn_));
     CUBLAS_CHECK(cublasCreate(&cublas_));
     // TF32 as PyTorch's default for cuDNN convolutions; off gives full FP32 (parity tests).
-    CUBLAS_CHECK(cublasSetMathMode(cublas_, tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_PEDANTIC_MATH));
+    CUBLAS_CHECK(
+        cublasSetMathMode(cublas_, tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_PEDANTIC_MATH));
     CUDA_CHECK(cudaMalloc(&scalars_, 64));
     CUDA_CHECK(cudaMalloc(&bn_sums_, 2 * 64 * sizeof(double)));
   }
@@ -262,7 +263,8 @@ class CudaOps final : public Ops {
     if (workspace_) cudaFree(workspace_);
     for (auto* p : {dev_images_[0], dev_images_[1], dev_labels_[0], dev_labels_[1]})
       if (p) cudaFree(p);
-    for (auto* p : dev_order_) if (p) cudaFree(p);
+    for (auto* p : dev_order_)
+      if (p) cudaFree(p);
     cudaFree(scalars_);
     cudaFree(bn_sums_);
     cublasDestroy(cublas_);
@@ -282,9 +284,8 @@ class CudaOps final : public Ops {
                               float* db) override {
     ConvPlan& p = plan(g);
     const float one = 1.f, zero = 0.f;
-    CUDNN_CHECK(cudnnConvolutionBackwardFilter(cudnn_, &one, p.x, x, p.y, dy, p.conv,
-                                               p.bwd_filter, workspace_, workspace_bytes_, &zero,
-                                               p.w, dw));
+    CUDNN_CHECK(cudnnConvolutionBackwardFilter(cudnn_, &one, p.x, x, p.y, dy, p.conv, p.bwd_filter,
+                                               workspace_, workspace_bytes_, &zero, p.w, dw));
     CUDNN_CHECK(cudnnConvolutionBackwardBias(cudnn_, &one, p.y, dy, &zero, p.bias, db));
   }
   void conv2d_backward_data(const ConvGeom& g, const float* w, const float* dy,
@@ -301,8 +302,8 @@ class CudaOps final : public Ops {
                                      running_mean, running_var);
     CUDA_CHECK(cudaGetLastError());
   }
-  void batchnorm_eval_stats(int c, const float* running_mean, const float* running_var,
-                            double eps, float* mean, float* invstd) override {
+  void batchnorm_eval_stats(int c, const float* running_mean, const float* running_var, double eps,
+                            float* mean, float* invstd) override {
     bn_eval_stats_kernel<<<blocks_for(c), kThreads>>>(c, running_mean, running_var, eps, mean,
                                                       invstd);
     CUDA_CHECK(cudaGetLastError());
@@ -325,9 +326,8 @@ class CudaOps final : public Ops {
     bn_param_grads_kernel<<<blocks_for(c), kThreads>>>(c, bn_sums_, invstd, dgamma, dbeta);
     CUDA_CHECK(cudaGetLastError());
     const std::size_t total = static_cast<std::size_t>(n) * c * (h / 2) * (w / 2);
-    bn_relu_pool_dx_kernel<<<blocks_for(total), kThreads>>>(c, n, h, w, x, y, dy, argmax, gamma,
-                                                            mean, invstd, bn_sums_, batch_stats,
-                                                            dx);
+    bn_relu_pool_dx_kernel<<<blocks_for(total), kThreads>>>(
+        c, n, h, w, x, y, dy, argmax, gamma, mean, invstd, bn_sums_, batch_stats, dx);
     CUDA_CHECK(cudaGetLastError());
   }
   void linear_forward(int n, int in, int out, const float* x, const float* w, const float* b,
@@ -349,13 +349,12 @@ class CudaOps final : public Ops {
     CUDA_CHECK(cudaGetLastError());
     // dx[N][in] = dy w: column-major dx^T (in x N) = w^T (in x out) * dy^T (out x N).
     if (dx != nullptr) {
-      CUBLAS_CHECK(cublasSgemm(cublas_, CUBLAS_OP_N, CUBLAS_OP_N, in, n, out, &one, w, in, dy,
-                               out, &zero, dx, in));
+      CUBLAS_CHECK(cublasSgemm(cublas_, CUBLAS_OP_N, CUBLAS_OP_N, in, n, out, &one, w, in, dy, out,
+                               &zero, dx, in));
     }
   }
-  double softmax_cross_entropy(int n, int classes, const float* logits,
-                               const std::int32_t* labels, float* dlogits,
-                               double grad_scale) override {
+  double softmax_cross_entropy(int n, int classes, const float* logits, const std::int32_t* labels,
+                               float* dlogits, double grad_scale) override {
     run_xent(n, classes, logits, labels, dlogits, grad_scale);
     double loss = 0;
     CUDA_CHECK(cudaMemcpy(&loss, scalars_, sizeof loss, cudaMemcpyDeviceToHost));
@@ -404,10 +403,10 @@ class CudaOps final : public Ops {
     MNIST_DDP_CHECK(slot == kTrain || slot == kTest, "dataset slot");
     CUDA_CHECK(cudaMalloc(&dev_images_[slot], d.images.size()));
     CUDA_CHECK(cudaMalloc(&dev_labels_[slot], d.labels.size()));
-    CUDA_CHECK(cudaMemcpy(dev_images_[slot], d.images.data(), d.images.size(),
-                          cudaMemcpyHostToDevice));
-    CUDA_CHECK(cudaMemcpy(dev_labels_[slot], d.labels.data(), d.labels.size(),
-                          cudaMemcpyHostToDevice));
+    CUDA_CHECK(
+        cudaMemcpy(dev_images_[slot], d.images.data(), d.images.size(), cudaMemcpyHostToDevice));
+    CUDA_CHECK(
+        cudaMemcpy(dev_labels_[slot], d.labels.data(), d.labels.size(), cudaMemcpyHostToDevice));
   }
   void set_order(int slot, std::span<const std::int64_t> order) override {
     if (order.size() > order_capacity_[slot]) {
@@ -417,8 +416,8 @@ class CudaOps final : public Ops {
     }
     order_size_[slot] = order.size();
     if (!order.empty()) {
-      CUDA_CHECK(cudaMemcpy(dev_order_[slot], order.data(), order.size_bytes(),
-                            cudaMemcpyHostToDevice));
+      CUDA_CHECK(
+          cudaMemcpy(dev_order_[slot], order.data(), order.size_bytes(), cudaMemcpyHostToDevice));
     }
   }
   void gather(int slot, std::int64_t offset, int n, float mean, float std, float* x,
@@ -433,8 +432,8 @@ class CudaOps final : public Ops {
   }
 
  private:
-  void run_xent(int n, int classes, const float* logits, const std::int32_t* labels,
-                float* dlogits, double grad_scale) {
+  void run_xent(int n, int classes, const float* logits, const std::int32_t* labels, float* dlogits,
+                double grad_scale) {
     CUDA_CHECK(cudaMemsetAsync(scalars_, 0, 16, 0));
     auto* loss = reinterpret_cast<double*>(scalars_);
     auto* counts = reinterpret_cast<int*>(reinterpret_cast<char*>(scalars_) + 8);
@@ -453,11 +452,14 @@ class CudaOps final : public Ops {
     CUDNN_CHECK(cudnnCreateTensorDescriptor(&p->bias));
     CUDNN_CHECK(cudnnCreateFilterDescriptor(&p->w));
     CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&p->conv));
-    CUDNN_CHECK(cudnnSetTensor4dDescriptor(p->x, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, g.n, g.c, g.h, g.w));
+    CUDNN_CHECK(
+        cudnnSetTensor4dDescriptor(p->x, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, g.n, g.c, g.h, g.w));
     CUDNN_CHECK(cudnnSetTensor4dDescriptor(p->y, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, g.n, g.k,
                                            g.out_h(), g.out_w()));
-    CUDNN_CHECK(cudnnSetTensor4dDescriptor(p->bias, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 1, g.k, 1, 1));
-    CUDNN_CHECK(cudnnSetFilter4dDescriptor(p->w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, g.k, g.c, g.r, g.r));
+    CUDNN_CHECK(
+        cudnnSetTensor4dDescriptor(p->bias, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 1, g.k, 1, 1));
+    CUDNN_CHECK(
+        cudnnSetFilter4dDescriptor(p->w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, g.k, g.c, g.r, g.r));
     CUDNN_CHECK(cudnnSetConvolution2dDescriptor(p->conv, g.pad, g.pad, 1, 1, 1, 1,
                                                 CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
     // TF32 tensor cores (cuDNN's default math on Ampere+) unless --tf32 off.
@@ -465,18 +467,24 @@ class CudaOps final : public Ops {
     // Algorithm choice once per shape, from cuDNN's heuristics (best first).
     int found = 0;
     cudnnConvolutionFwdAlgoPerf_t fp[8];
-    CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(cudnn_, p->x, p->w, p->conv, p->y, 8, &found, fp));
+    CUDNN_CHECK(
+        cudnnGetConvolutionForwardAlgorithm_v7(cudnn_, p->x, p->w, p->conv, p->y, 8, &found, fp));
     p->fwd = fp[0].algo;
     cudnnConvolutionBwdDataAlgoPerf_t dp[8];
-    CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(cudnn_, p->w, p->y, p->conv, p->x, 8, &found, dp));
+    CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(cudnn_, p->w, p->y, p->conv, p->x, 8,
+                                                            &found, dp));
     p->bwd_data = dp[0].algo;
     cudnnConvolutionBwdFilterAlgoPerf_t wp[8];
-    CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(cudnn_, p->x, p->y, p->conv, p->w, 8, &found, wp));
+    CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(cudnn_, p->x, p->y, p->conv, p->w, 8,
+                                                              &found, wp));
     p->bwd_filter = wp[0].algo;
     std::size_t a = 0, b = 0, c = 0;
-    CUDNN_CHECK(cudnnGetConvolutionForwardWorkspaceSize(cudnn_, p->x, p->w, p->conv, p->y, p->fwd, &a));
-    CUDNN_CHECK(cudnnGetConvolutionBackwardDataWorkspaceSize(cudnn_, p->w, p->y, p->conv, p->x, p->bwd_data, &b));
-    CUDNN_CHECK(cudnnGetConvolutionBackwardFilterWorkspaceSize(cudnn_, p->x, p->y, p->conv, p->w, p->bwd_filter, &c));
+    CUDNN_CHECK(
+        cudnnGetConvolutionForwardWorkspaceSize(cudnn_, p->x, p->w, p->conv, p->y, p->fwd, &a));
+    CUDNN_CHECK(cudnnGetConvolutionBackwardDataWorkspaceSize(cudnn_, p->w, p->y, p->conv, p->x,
+                                                             p->bwd_data, &b));
+    CUDNN_CHECK(cudnnGetConvolutionBackwardFilterWorkspaceSize(cudnn_, p->x, p->y, p->conv, p->w,
+                                                               p->bwd_filter, &c));
     p->workspace = std::max(a, std::max(b, c));
     if (p->workspace > workspace_bytes_) {
       // One explicit workspace, grown to the largest need of any plan.
@@ -492,7 +500,7 @@ class CudaOps final : public Ops {
   cublasHandle_t cublas_ = nullptr;
   void* workspace_ = nullptr;
   std::size_t workspace_bytes_ = 0;
-  void* scalars_ = nullptr;   // [0]: double loss sum; [8]: int top-1, [12]: int top-5
+  void* scalars_ = nullptr;    // [0]: double loss sum; [8]: int top-1, [12]: int top-5
   double* bn_sums_ = nullptr;  // [2*C]: sum(g), sum(g*(x-mean)) of the BN backward
   std::map<std::tuple<int, int, int, int, int, int, int>, std::unique_ptr<ConvPlan>> plans_;
   std::uint8_t* dev_images_[2] = {nullptr, nullptr};
@@ -504,6 +512,8 @@ class CudaOps final : public Ops {
 
 }  // namespace
 
-std::unique_ptr<Ops> make_cuda_ops(bool tf32) { return std::make_unique<CudaOps>(tf32); }
+std::unique_ptr<Ops> make_cuda_ops(bool tf32) {
+  return std::make_unique<CudaOps>(tf32);
+}
 
 }  // namespace mnist_ddp

@@ -12,7 +12,9 @@ namespace {
 bool g_context = false;  // set by use_cuda_device; read by the teardown in main
 }  // namespace
 
-bool cuda_built() { return true; }
+bool cuda_built() {
+  return true;
+}
 
 int cuda_device_count() {
   int n = 0;

@@ -15,21 +15,30 @@ namespace {
 
 ncclDataType_t to_nccl(DType t) {
   switch (t) {
-    case DType::F32: return ncclFloat32;
-    case DType::F64: return ncclFloat64;
-    case DType::I32: return ncclInt32;
-    case DType::I64: return ncclInt64;
-    case DType::U64: return ncclUint64;
-    case DType::U8: return ncclUint8;
+    case DType::F32:
+      return ncclFloat32;
+    case DType::F64:
+      return ncclFloat64;
+    case DType::I32:
+      return ncclInt32;
+    case DType::I64:
+      return ncclInt64;
+    case DType::U64:
+      return ncclUint64;
+    case DType::U8:
+      return ncclUint8;
   }
   return ncclFloat32;
 }
 
 ncclRedOp_t to_nccl(ReduceOp op) {
   switch (op) {
-    case ReduceOp::Sum: return ncclSum;
-    case ReduceOp::Max: return ncclMax;
-    case ReduceOp::Min: return ncclMin;
+    case ReduceOp::Sum:
+      return ncclSum;
+    case ReduceOp::Max:
+      return ncclMax;
+    case ReduceOp::Min:
+      return ncclMin;
   }
   return ncclSum;
 }
@@ -106,6 +115,8 @@ class NcclComm final : public Comm {
 
 }  // namespace
 
-std::unique_ptr<Comm> make_nccl_comm() { return std::make_unique<NcclComm>(); }
+std::unique_ptr<Comm> make_nccl_comm() {
+  return std::make_unique<NcclComm>();
+}
 
 }  // namespace mnist_ddp

@@ -51,7 +51,8 @@ class HostStagedComm final : public Comm {
   void broadcast_raw(void* data, std::size_t count, DType type, int root) override {
     if (size_ == 1 || count == 0) return;
     stage_in(data, count * dtype_size(type));
-    MPI_CHECK(MPI_Bcast(host_.data(), static_cast<int>(count), to_mpi_type(type), root, MPI_COMM_WORLD));
+    MPI_CHECK(
+        MPI_Bcast(host_.data(), static_cast<int>(count), to_mpi_type(type), root, MPI_COMM_WORLD));
     stage_out(data, count * dtype_size(type));
   }
   void allgather_raw(const void* send, void* recv, std::size_t count, DType type) override {
@@ -78,6 +79,8 @@ class HostStagedComm final : public Comm {
 
 }  // namespace
 
-std::unique_ptr<Comm> make_host_staged_comm() { return std::make_unique<HostStagedComm>(); }
+std::unique_ptr<Comm> make_host_staged_comm() {
+  return std::make_unique<HostStagedComm>();
+}
 
 }  // namespace mnist_ddp

@@ -22,8 +22,9 @@ bool gpus_for_every_rank(std::string* why) {
   MPI_Comm_size(MPI_COMM_WORLD, &world);
   ok = n >= world ? 1 : 0;
   MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-  if (!ok) *why = n == 0 ? "no GPU visible (no driver or none installed)"
-                         : "fewer GPUs than ranks (NCCL needs one GPU per rank)";
+  if (!ok)
+    *why = n == 0 ? "no GPU visible (no driver or none installed)"
+                  : "fewer GPUs than ranks (NCCL needs one GPU per rank)";
   return ok != 0;
 }
 
