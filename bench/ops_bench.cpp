@@ -104,84 +104,62 @@ BENCHMARK(BM_ConvBackwardData)
     ->Arg(25)
     ->Unit(benchmark::kMillisecond);
 
-// Args: channels, side (16x28 for layer1, 32x14 for layer2).
-void BM_BnReluPoolForward(benchmark::State& st) {
-  const int c = static_cast<int>(st.range(0)), s = static_cast<int>(st.range(1));
-  const std::size_t m = static_cast<std::size_t>(kBatch) * s * s;
-  auto x = random_vec(c * m, 1), gamma = random_vec(c, 2), beta = random_vec(c, 3);
-  std::vector<float> mean(c), invstd(c), rm(c), rv(c, 1.f), y(c * m / 4);
-  std::vector<std::uint8_t> arg(c * m / 4);
-  for (auto _ : st) {
-    mnist_ddp::cpu::batchnorm_stats(c, m, x.data(), 1e-5, 0.1, mean.data(), invstd.data(),
-                                    rm.data(), rv.data());
-    mnist_ddp::cpu::bn_relu_pool_forward(c, kBatch, s, s, x.data(), gamma.data(), beta.data(),
-                                         mean.data(), invstd.data(), y.data(), arg.data());
-  }
-  st.SetBytesProcessed(static_cast<std::int64_t>(st.iterations() * c * m * sizeof(float)));
+// The fused BN -> ReLU -> pool kernels of both CPU layouts: 0 = reference [C][N][H][W] (cpu_ops),
+// 1 = oneDNN backend's blocked [N][C/16][H][W][16] (blocked_ops). Same data sizes either way.
+struct BnKernels {
+  const char* label;
+  void (*stats)(int, int, int, const float*, double, double, float*, float*, float*, float*);
+  void (*forward)(int, int, int, int, const float*, const float*, const float*, const float*,
+                  const float*, float*, std::uint8_t*);
+  void (*backward)(int, int, int, int, const float*, const float*, const float*,
+                   const std::uint8_t*, const float*, const float*, const float*, bool, float*,
+                   float*, float*);
+};
+void reference_stats(int c, int n, int hw, const float* x, double eps, double m, float* mean,
+                     float* is, float* rm, float* rv) {
+  mnist_ddp::cpu::batchnorm_stats(c, static_cast<std::size_t>(n) * hw, x, eps, m, mean, is, rm, rv);
 }
-BENCHMARK(BM_BnReluPoolForward)->Args({16, 28})->Args({32, 14})->Unit(benchmark::kMicrosecond);
+const BnKernels kBnKernels[] = {
+    {"reference", reference_stats, mnist_ddp::cpu::bn_relu_pool_forward<float>,
+     mnist_ddp::cpu::bn_relu_pool_backward<float>},
+    {"blocked", mnist_ddp::blocked::batchnorm_stats, mnist_ddp::blocked::bn_relu_pool_forward,
+     mnist_ddp::blocked::bn_relu_pool_backward}};
 
-void BM_BnReluPoolBackward(benchmark::State& st) {
-  const int c = static_cast<int>(st.range(0)), s = static_cast<int>(st.range(1));
+// Args: layout (0|1), channels, side (16x28 for layer1, 32x14 for layer2).
+void BM_BnReluPool(benchmark::State& st, bool backward) {
+  const BnKernels& k = kBnKernels[st.range(0)];
+  const int c = static_cast<int>(st.range(1)), s = static_cast<int>(st.range(2));
   const std::size_t m = static_cast<std::size_t>(kBatch) * s * s;
   auto x = random_vec(c * m, 1), gamma = random_vec(c, 2), beta = random_vec(c, 3);
   auto dy = random_vec(c * m / 4, 4);
   std::vector<float> mean(c), invstd(c), rm(c), rv(c, 1.f), y(c * m / 4), dx(c * m), dg(c), db(c);
   std::vector<std::uint8_t> arg(c * m / 4);
-  mnist_ddp::cpu::batchnorm_stats(c, m, x.data(), 1e-5, 0.1, mean.data(), invstd.data(), rm.data(),
-                                  rv.data());
-  mnist_ddp::cpu::bn_relu_pool_forward(c, kBatch, s, s, x.data(), gamma.data(), beta.data(),
-                                       mean.data(), invstd.data(), y.data(), arg.data());
+  k.stats(c, kBatch, s * s, x.data(), 1e-5, 0.1, mean.data(), invstd.data(), rm.data(), rv.data());
+  k.forward(c, kBatch, s, s, x.data(), gamma.data(), beta.data(), mean.data(), invstd.data(),
+            y.data(), arg.data());
   for (auto _ : st) {
-    mnist_ddp::cpu::bn_relu_pool_backward(c, kBatch, s, s, x.data(), y.data(), dy.data(),
-                                          arg.data(), gamma.data(), mean.data(), invstd.data(),
-                                          true, dx.data(), dg.data(), db.data());
+    if (backward) {
+      k.backward(c, kBatch, s, s, x.data(), y.data(), dy.data(), arg.data(), gamma.data(),
+                 mean.data(), invstd.data(), true, dx.data(), dg.data(), db.data());
+    } else {
+      k.stats(c, kBatch, s * s, x.data(), 1e-5, 0.1, mean.data(), invstd.data(), rm.data(),
+              rv.data());
+      k.forward(c, kBatch, s, s, x.data(), gamma.data(), beta.data(), mean.data(), invstd.data(),
+                y.data(), arg.data());
+    }
   }
+  st.SetLabel(k.label);
   st.SetBytesProcessed(static_cast<std::int64_t>(st.iterations() * c * m * sizeof(float)));
 }
-BENCHMARK(BM_BnReluPoolBackward)->Args({16, 28})->Args({32, 14})->Unit(benchmark::kMicrosecond);
-
-// The same fused ops on the oneDNN backend's channel-blocked layout.
-void BM_BlockedBnReluPoolForward(benchmark::State& st) {
-  const int c = static_cast<int>(st.range(0)), s = static_cast<int>(st.range(1));
-  const std::size_t m = static_cast<std::size_t>(kBatch) * s * s;
-  auto x = random_vec(c * m, 1), gamma = random_vec(c, 2), beta = random_vec(c, 3);
-  std::vector<float> mean(c), invstd(c), rm(c), rv(c, 1.f), y(c * m / 4);
-  std::vector<std::uint8_t> arg(c * m / 4);
-  for (auto _ : st) {
-    mnist_ddp::blocked::batchnorm_stats(c, kBatch, s * s, x.data(), 1e-5, 0.1, mean.data(),
-                                        invstd.data(), rm.data(), rv.data());
-    mnist_ddp::blocked::bn_relu_pool_forward(c, kBatch, s, s, x.data(), gamma.data(), beta.data(),
-                                             mean.data(), invstd.data(), y.data(), arg.data());
-  }
-  st.SetBytesProcessed(static_cast<std::int64_t>(st.iterations() * c * m * sizeof(float)));
-}
-BENCHMARK(BM_BlockedBnReluPoolForward)
-    ->Args({16, 28})
-    ->Args({32, 14})
+BENCHMARK_CAPTURE(BM_BnReluPool, forward, false)
+    ->ArgsProduct({{0, 1}, {16}, {28}})
+    ->Args({0, 32, 14})
+    ->Args({1, 32, 14})
     ->Unit(benchmark::kMicrosecond);
-
-void BM_BlockedBnReluPoolBackward(benchmark::State& st) {
-  const int c = static_cast<int>(st.range(0)), s = static_cast<int>(st.range(1));
-  const std::size_t m = static_cast<std::size_t>(kBatch) * s * s;
-  auto x = random_vec(c * m, 1), gamma = random_vec(c, 2), beta = random_vec(c, 3);
-  auto dy = random_vec(c * m / 4, 4);
-  std::vector<float> mean(c), invstd(c), rm(c), rv(c, 1.f), y(c * m / 4), dx(c * m), dg(c), db(c);
-  std::vector<std::uint8_t> arg(c * m / 4);
-  mnist_ddp::blocked::batchnorm_stats(c, kBatch, s * s, x.data(), 1e-5, 0.1, mean.data(),
-                                      invstd.data(), rm.data(), rv.data());
-  mnist_ddp::blocked::bn_relu_pool_forward(c, kBatch, s, s, x.data(), gamma.data(), beta.data(),
-                                           mean.data(), invstd.data(), y.data(), arg.data());
-  for (auto _ : st) {
-    mnist_ddp::blocked::bn_relu_pool_backward(c, kBatch, s, s, x.data(), y.data(), dy.data(),
-                                              arg.data(), gamma.data(), mean.data(), invstd.data(),
-                                              true, dx.data(), dg.data(), db.data());
-  }
-  st.SetBytesProcessed(static_cast<std::int64_t>(st.iterations() * c * m * sizeof(float)));
-}
-BENCHMARK(BM_BlockedBnReluPoolBackward)
-    ->Args({16, 28})
-    ->Args({32, 14})
+BENCHMARK_CAPTURE(BM_BnReluPool, backward, true)
+    ->ArgsProduct({{0, 1}, {16}, {28}})
+    ->Args({0, 32, 14})
+    ->Args({1, 32, 14})
     ->Unit(benchmark::kMicrosecond);
 
 // One full forward + backward of the model at batch 100 (no communication, no optimizer) on

@@ -47,27 +47,43 @@ class H5Handle {
   herr_t (*close_)(hid_t);
 };
 
-void attr_i64(hid_t obj, const char* name, std::int64_t v) {
+// The HDF5 file type and memory type of each scalar attribute type we store.
+template <class T>
+struct H5Types;
+template <>
+struct H5Types<std::int64_t> {
+  static hid_t file() { return H5T_STD_I64LE; }
+  static hid_t mem() { return H5T_NATIVE_INT64; }
+};
+template <>
+struct H5Types<std::uint64_t> {
+  static hid_t file() { return H5T_STD_U64LE; }
+  static hid_t mem() { return H5T_NATIVE_UINT64; }
+};
+template <>
+struct H5Types<double> {
+  static hid_t file() { return H5T_IEEE_F64LE; }
+  static hid_t mem() { return H5T_NATIVE_DOUBLE; }
+};
+
+template <class T>
+void attr(hid_t obj, const char* name, T v) {
   H5Handle space(HDF5_CHECK(H5Screate(H5S_SCALAR)), H5Sclose);
   H5Handle a(
-      HDF5_CHECK(H5Acreate2(obj, name, H5T_STD_I64LE, space.get(), H5P_DEFAULT, H5P_DEFAULT)),
+      HDF5_CHECK(H5Acreate2(obj, name, H5Types<T>::file(), space.get(), H5P_DEFAULT, H5P_DEFAULT)),
       H5Aclose);
-  HDF5_CHECK(H5Awrite(a.get(), H5T_NATIVE_INT64, &v));
+  HDF5_CHECK(H5Awrite(a.get(), H5Types<T>::mem(), &v));
+}
+void attr_i64(hid_t obj, const char* name, std::int64_t v) {
+  attr(obj, name, v);
 }
 void attr_u64(hid_t obj, const char* name, std::uint64_t v) {
-  H5Handle space(HDF5_CHECK(H5Screate(H5S_SCALAR)), H5Sclose);
-  H5Handle a(
-      HDF5_CHECK(H5Acreate2(obj, name, H5T_STD_U64LE, space.get(), H5P_DEFAULT, H5P_DEFAULT)),
-      H5Aclose);
-  HDF5_CHECK(H5Awrite(a.get(), H5T_NATIVE_UINT64, &v));
+  attr(obj, name, v);
 }
 void attr_f64(hid_t obj, const char* name, double v) {
-  H5Handle space(HDF5_CHECK(H5Screate(H5S_SCALAR)), H5Sclose);
-  H5Handle a(
-      HDF5_CHECK(H5Acreate2(obj, name, H5T_IEEE_F64LE, space.get(), H5P_DEFAULT, H5P_DEFAULT)),
-      H5Aclose);
-  HDF5_CHECK(H5Awrite(a.get(), H5T_NATIVE_DOUBLE, &v));
+  attr(obj, name, v);
 }
+
 void attr_str(hid_t obj, const char* name, const std::string& v) {
   H5Handle type(HDF5_CHECK(H5Tcopy(H5T_C_S1)), H5Tclose);
   HDF5_CHECK(H5Tset_size(type.get(), std::max<std::size_t>(1, v.size())));
@@ -82,24 +98,23 @@ bool has_attr(hid_t obj, const char* name) {
   return H5Aexists(obj, name) > 0;
 }
 
-std::int64_t read_i64(hid_t obj, const char* name) {
+template <class T>
+T read_attr(hid_t obj, const char* name) {
   H5Handle a(HDF5_CHECK(H5Aopen(obj, name, H5P_DEFAULT)), H5Aclose);
-  std::int64_t v = 0;
-  HDF5_CHECK(H5Aread(a.get(), H5T_NATIVE_INT64, &v));
+  T v{};
+  HDF5_CHECK(H5Aread(a.get(), H5Types<T>::mem(), &v));
   return v;
+}
+std::int64_t read_i64(hid_t obj, const char* name) {
+  return read_attr<std::int64_t>(obj, name);
 }
 std::uint64_t read_u64(hid_t obj, const char* name) {
-  H5Handle a(HDF5_CHECK(H5Aopen(obj, name, H5P_DEFAULT)), H5Aclose);
-  std::uint64_t v = 0;
-  HDF5_CHECK(H5Aread(a.get(), H5T_NATIVE_UINT64, &v));
-  return v;
+  return read_attr<std::uint64_t>(obj, name);
 }
 double read_f64(hid_t obj, const char* name) {
-  H5Handle a(HDF5_CHECK(H5Aopen(obj, name, H5P_DEFAULT)), H5Aclose);
-  double v = 0;
-  HDF5_CHECK(H5Aread(a.get(), H5T_NATIVE_DOUBLE, &v));
-  return v;
+  return read_attr<double>(obj, name);
 }
+
 std::string read_str(hid_t obj, const char* name) {
   H5Handle a(HDF5_CHECK(H5Aopen(obj, name, H5P_DEFAULT)), H5Aclose);
   H5Handle type(HDF5_CHECK(H5Aget_type(a.get())), H5Tclose);

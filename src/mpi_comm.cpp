@@ -36,39 +36,26 @@ class MpiComm final : public Comm {
     MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank_));
     MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &size_));
   }
-  int rank() const override { return rank_; }
-  int size() const override { return size_; }
-  void barrier() override { MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD)); }
-
-  int start_allreduce_sum16(std::span<std::uint16_t> d, bool bf16) override {
-    count_bytes(d.size_bytes());
-    if (size_ == 1 || d.empty()) return -1;
-    MPI_Op& op = bf16 ? bf16_sum_ : fp16_sum_;
-    if (op == MPI_OP_NULL) MPI_CHECK(MPI_Op_create(bf16 ? sum_bf16 : sum_fp16, 1, &op));
-    MPI_Request req = MPI_REQUEST_NULL;
-    // Non-blocking collective on the 16-bit encoding; the user op sums in that format.
-    MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, d.data(), to_count(d.size()), MPI_UINT16_T, op,
-                             MPI_COMM_WORLD, &req));
-    requests_.push_back(req);
-    return static_cast<int>(requests_.size() - 1);
-  }
   ~MpiComm() override {
+    // The user ops die with the communicator, before MPI_Finalize (main's teardown order).
     int finalized = 0;
     MPI_Finalized(&finalized);
     if (finalized) return;
     if (fp16_sum_ != MPI_OP_NULL) MPI_Op_free(&fp16_sum_);
     if (bf16_sum_ != MPI_OP_NULL) MPI_Op_free(&bf16_sum_);
   }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  void barrier() override { MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD)); }
 
   int start_allreduce_sum(std::span<float> d) override {
-    count_bytes(d.size_bytes());
-    if (size_ == 1 || d.empty()) return -1;
-    MPI_Request req = MPI_REQUEST_NULL;
-    // Non-blocking collective: progressed by test() calls from the backward pass.
-    MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, d.data(), to_count(d.size()), MPI_FLOAT, MPI_SUM,
-                             MPI_COMM_WORLD, &req));
-    requests_.push_back(req);
-    return static_cast<int>(requests_.size() - 1);
+    return start(d.data(), d.size(), d.size_bytes(), MPI_FLOAT, MPI_SUM);
+  }
+  int start_allreduce_sum16(std::span<std::uint16_t> d, bool bf16) override {
+    // MPI has no 16-bit float type: the encoding travels as uint16 and a user op sums it.
+    MPI_Op& op = bf16 ? bf16_sum_ : fp16_sum_;
+    if (op == MPI_OP_NULL) MPI_CHECK(MPI_Op_create(bf16 ? sum_bf16 : sum_fp16, 1, &op));
+    return start(d.data(), d.size(), d.size_bytes(), MPI_UINT16_T, op);
   }
   bool test(int request) override {
     if (request < 0) return true;
@@ -108,6 +95,17 @@ class MpiComm final : public Comm {
   }
 
  private:
+  // Collective (non-blocking): an in-place all-reduce progressed by test() calls from the
+  // backward pass and completed by wait(). Returns the request index (-1: nothing to do).
+  int start(void* data, std::size_t count, std::size_t bytes, MPI_Datatype type, MPI_Op op) {
+    count_bytes(bytes);
+    if (size_ == 1 || count == 0) return -1;
+    MPI_Request req = MPI_REQUEST_NULL;
+    MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, data, to_count(count), type, op, MPI_COMM_WORLD, &req));
+    requests_.push_back(req);
+    return static_cast<int>(requests_.size() - 1);
+  }
+
   int rank_ = 0;
   int size_ = 1;
   std::vector<MPI_Request> requests_;

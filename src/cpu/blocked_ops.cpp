@@ -207,47 +207,43 @@ void bn_relu_pool_backward(int c, int n, int h, int w, const float* x, const flo
   }
 }
 
+namespace {
+
+enum class Plain { Rows, Cnhw };  // [N][C*HW] (fc rows) or [C][N][HW] (reference layout)
+
+// Element (image i, channel ch, pixel q) in the blocked layout and in a plain one.
+std::size_t blocked_at(int c, int hw, int i, int ch, int q) {
+  return ((static_cast<std::size_t>(i) * (c / B) + ch / B) * hw + q) * B + ch % B;
+}
+std::size_t plain_at(Plain p, int c, int n, int hw, int i, int ch, int q) {
+  return p == Plain::Rows ? (static_cast<std::size_t>(i) * c + ch) * hw + q
+                          : (static_cast<std::size_t>(ch) * n + i) * hw + q;
+}
+
+// Copies between the blocked layout and a plain one (conversions, not the hot path).
+void convert(Plain p, bool to_blocked, int c, int n, int hw, const float* from, float* to) {
+  check_blocked(c);
+  for (int i = 0; i < n; ++i)
+    for (int ch = 0; ch < c; ++ch)
+      for (int q = 0; q < hw; ++q) {
+        const std::size_t bk = blocked_at(c, hw, i, ch, q), pl = plain_at(p, c, n, hw, i, ch, q);
+        to[to_blocked ? bk : pl] = from[to_blocked ? pl : bk];
+      }
+}
+
+}  // namespace
+
 void to_rows(int c, int n, int hw, const float* x, float* rows) {
-  check_blocked(c);
-  const int cb_count = c / B;
-  for (int i = 0; i < n; ++i)
-    for (int cb = 0; cb < cb_count; ++cb)
-      for (int q = 0; q < hw; ++q)
-        for (int l = 0; l < B; ++l)
-          rows[static_cast<std::size_t>(i) * c * hw + static_cast<std::size_t>(cb * B + l) * hw +
-               q] = x[((static_cast<std::size_t>(i) * cb_count + cb) * hw + q) * B + l];
+  convert(Plain::Rows, false, c, n, hw, x, rows);
 }
-
 void from_rows(int c, int n, int hw, const float* rows, float* x) {
-  check_blocked(c);
-  const int cb_count = c / B;
-  for (int i = 0; i < n; ++i)
-    for (int cb = 0; cb < cb_count; ++cb)
-      for (int q = 0; q < hw; ++q)
-        for (int l = 0; l < B; ++l)
-          x[((static_cast<std::size_t>(i) * cb_count + cb) * hw + q) * B + l] =
-              rows[static_cast<std::size_t>(i) * c * hw +
-                   static_cast<std::size_t>(cb * B + l) * hw + q];
+  convert(Plain::Rows, true, c, n, hw, rows, x);
 }
-
 void from_cnhw(int c, int n, int hw, const float* x, float* y) {
-  check_blocked(c);
-  const int cb_count = c / B;
-  for (int ch = 0; ch < c; ++ch)
-    for (int i = 0; i < n; ++i)
-      for (int q = 0; q < hw; ++q)
-        y[((static_cast<std::size_t>(i) * cb_count + ch / B) * hw + q) * B + ch % B] =
-            x[(static_cast<std::size_t>(ch) * n + i) * hw + q];
+  convert(Plain::Cnhw, true, c, n, hw, x, y);
 }
-
 void to_cnhw(int c, int n, int hw, const float* x, float* y) {
-  check_blocked(c);
-  const int cb_count = c / B;
-  for (int ch = 0; ch < c; ++ch)
-    for (int i = 0; i < n; ++i)
-      for (int q = 0; q < hw; ++q)
-        y[(static_cast<std::size_t>(ch) * n + i) * hw + q] =
-            x[((static_cast<std::size_t>(i) * cb_count + ch / B) * hw + q) * B + ch % B];
+  convert(Plain::Cnhw, false, c, n, hw, x, y);
 }
 
 }  // namespace mnist_ddp::blocked
