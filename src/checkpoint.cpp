@@ -352,9 +352,13 @@ std::string save_checkpoint(const std::string& dir, const TrainingState& s,
     write_file(tmp, s, layout);
     // Test seam: MNIST_DDP_TEST_FAIL_CHECKPOINT=enospc makes the write fail as a full disk would
     // when no small filesystem can be mounted for the test.
-    if (const char* f = std::getenv("MNIST_DDP_TEST_FAIL_CHECKPOINT");
-        f && std::string(f) == "enospc") {
-      errno = ENOSPC;
+    if (const char* f = std::getenv("MNIST_DDP_TEST_FAIL_CHECKPOINT"); f != nullptr) {
+      if (std::string(f) != "enospc") {
+        throw UserError(
+            fmt::format("MNIST_DDP_TEST_FAIL_CHECKPOINT={}: this test seam only "
+                        "understands 'enospc'; unset it for normal runs",
+                        f));
+      }
       throw UserError(fmt::format("{}: write failed: {} (injected)", tmp, std::strerror(ENOSPC)));
     }
     fsync_path(tmp, false);
@@ -389,7 +393,9 @@ TrainingState load_checkpoint(const std::string& path, const CheckpointLayout& l
   H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
   try {
     std::error_code ec;
-    if (!fs::is_regular_file(path, ec)) throw UserError("no such file");
+    if (!fs::is_regular_file(path, ec)) {
+      throw UserError("no such file; pass an existing checkpoint to --resume, or --resume auto");
+    }
     if (H5Fis_hdf5(path.c_str()) <= 0) {
       H5Eclear2(H5E_DEFAULT);
       throw UserError("not an HDF5 file (truncated, or not a checkpoint)");

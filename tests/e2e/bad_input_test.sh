@@ -31,6 +31,20 @@ expect_error missing_file "missing t10k-images-idx3-ubyte" --data "$TMP/fx/missi
 expect_error swapped_files "are the images and labels files swapped" --data "$TMP/fx/swapped"
 expect_error device_cuda "--device cuda: " --data "$TMP/fx/valid" --device cuda
 expect_error comm_nccl_on_cpu "--comm nccl works on GPU memory" --data "$TMP/fx/valid" --device cpu --comm nccl
+expect_error resume_missing_file "no such file; pass an existing checkpoint" --data "$TMP/fx/valid" --resume "$TMP/none.h5"
+expect_error resume_dir_not_file "no such file" --data "$TMP/fx/valid" --resume "$TMP"
+expect_error keep_zero "--keep" --keep 0
+expect_error checkpoint_every_negative "--checkpoint-every" --checkpoint-every -5
+expect_error bucket_cap_zero "--bucket-cap-kb" --bucket-cap-kb 0
+expect_error compression_unknown "--compression" --compression zstd
+expect_error cpu_kernels_unknown "--cpu-kernels" --cpu-kernels gpu
+expect_error comm_unknown "--comm" --comm tcp
+expect_error tf32_unknown "--tf32" --tf32 maybe
+expect_error threads_negative "--threads" --threads -1
+# The checkpoint test seam refuses values it does not know instead of ignoring them.
+export MNIST_DDP_TEST_FAIL_CHECKPOINT=bogus
+expect_error unknown_test_seam_value "MNIST_DDP_TEST_FAIL_CHECKPOINT=bogus" --data "$TMP/fx/valid" --batch-size 8 --eval-batch-size 8 --max-steps 1
+unset MNIST_DDP_TEST_FAIL_CHECKPOINT
 touch "$TMP/afile"
 expect_error unwritable_log_dir "--log-dir" --data "$TMP/fx/valid" --log-dir "$TMP/afile/sub"
 
