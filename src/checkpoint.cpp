@@ -533,6 +533,7 @@ bool broadcast_training_state(Comm& comm, std::optional<TrainingState>& state,
     state->buffers.resize(nb);
     state->num_batches_tracked.resize(layout.num_batches_tracked.size());
   }
+  // Collective: rank 0 alone read the file; every rank resumes from exactly its state.
   comm.broadcast(std::span<float>(state->params), 0);
   comm.broadcast(std::span<float>(state->momentum), 0);
   comm.broadcast(std::span<float>(state->buffers), 0);

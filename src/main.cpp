@@ -49,6 +49,8 @@ int run(int argc, char** argv, int rank, int world, const MpiLocality& locality,
   std::unique_ptr<Comm> comm = make_mpi_comm();
   Config cfg;
   ParseOutcome outcome = ParseOutcome::Run;
+  // Each run_agreed below is one small all-reduce after a phase that can fail on some ranks
+  // only (a file missing on one node, a node without GPUs): all ranks stop together, one prints.
   run_agreed(*comm, [&] { outcome = parse_cli(argc, argv, cfg, rank == 0); });
   if (outcome == ParseOutcome::ExitOk) return kExitOk;
 

@@ -166,6 +166,7 @@ void mpi_query(int* rank, int* world, MpiLocality* locality) {
     MPI_CHECK(MPI_Comm_size(leaders, &node_info[1]));
     MPI_CHECK(MPI_Comm_free(&leaders));
   }
+  // Collective within the node: only the leader knows the node's index.
   MPI_CHECK(MPI_Bcast(node_info, 2, MPI_INT, 0, local));
   locality->node = node_info[0];
   locality->num_nodes = node_info[1];

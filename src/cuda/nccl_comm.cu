@@ -1,7 +1,6 @@
 // nccl_comm.cu — NcclComm: Comm over NCCL on device memory, on its own CUDA stream, bootstrapped
 // from MPI (rank 0: ncclGetUniqueId -> MPI_Bcast -> every rank: ncclCommInitRank; no ports).
-// Every call completes before returning (stream synchronised), like MpiComm; the overlapped
-// Reducer drives the stream itself.
+// Every call completes before returning (stream synchronised), like MpiComm.
 #include <mpi.h>
 
 #include <cstdlib>
@@ -70,7 +69,8 @@ class NcclComm final : public Comm {
   int size() const override { return size_; }
 
   void barrier() override {
-    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    complete();
+    // Collective: the host-side barrier after this rank's device work has finished.
     MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
   }
   [[noreturn]] void abort(int code) override {
@@ -87,26 +87,30 @@ class NcclComm final : public Comm {
     const unsigned blocks = static_cast<unsigned>((d.size() + 255) / 256);
     divide_kernel<<<blocks, 256, 0, stream_>>>(d.data(), d.size(), static_cast<float>(size_));
     CUDA_CHECK(cudaGetLastError());
-    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    complete();
   }
 
  protected:
   void allreduce_raw(void* data, std::size_t count, DType type, ReduceOp op) override {
     if (count == 0) return;
     NCCL_CHECK(ncclAllReduce(data, data, count, to_nccl(type), to_nccl(op), comm_, stream_));
-    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    complete();
   }
   void broadcast_raw(void* data, std::size_t count, DType type, int root) override {
     if (count == 0) return;
     NCCL_CHECK(ncclBroadcast(data, data, count, to_nccl(type), root, comm_, stream_));
-    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    complete();
   }
   void allgather_raw(const void* send, void* recv, std::size_t count, DType type) override {
     NCCL_CHECK(ncclAllGather(send, recv, count, to_nccl(type), comm_, stream_));
-    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    complete();
   }
 
  private:
+  // Sync: every call completes before it returns, like MpiComm, so callers on the host (and ops
+  // on the compute stream) may use the result at once. A CUDA-graph step would drop this.
+  void complete() { CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+
   int rank_ = 0;
   int size_ = 1;
   ncclComm_t comm_ = nullptr;

@@ -51,6 +51,7 @@ class HostStagedComm final : public Comm {
   void broadcast_raw(void* data, std::size_t count, DType type, int root) override {
     if (size_ == 1 || count == 0) return;
     stage_in(data, count * dtype_size(type));
+    // Collective (MPI) on the host copy; every rank's device buffer gets root's values.
     MPI_CHECK(
         MPI_Bcast(host_.data(), static_cast<int>(count), to_mpi_type(type), root, MPI_COMM_WORLD));
     stage_out(data, count * dtype_size(type));
@@ -59,12 +60,15 @@ class HostStagedComm final : public Comm {
     const std::size_t bytes = count * dtype_size(type);
     std::vector<unsigned char> in(bytes), out(bytes * static_cast<std::size_t>(size_));
     CUDA_CHECK(cudaMemcpy(in.data(), send, bytes, cudaMemcpyDeviceToHost));
+    // Collective (MPI) on host copies; the gathered blocks go back to the device.
     MPI_CHECK(MPI_Allgather(in.data(), static_cast<int>(count), to_mpi_type(type), out.data(),
                             static_cast<int>(count), to_mpi_type(type), MPI_COMM_WORLD));
     CUDA_CHECK(cudaMemcpy(recv, out.data(), out.size(), cudaMemcpyHostToDevice));
   }
 
  private:
+  // Sync: cudaMemcpy on the legacy default stream waits for the compute that produced the data
+  // (the ops run there) and finishes before MPI reads the host copy.
   void stage_in(const void* device, std::size_t bytes) {
     if (host_.size() < bytes) host_.resize(bytes);
     CUDA_CHECK(cudaMemcpy(host_.data(), device, bytes, cudaMemcpyDeviceToHost));
