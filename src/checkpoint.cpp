@@ -295,6 +295,17 @@ void write_file(const std::string& tmp, const TrainingState& s, const Checkpoint
   file.close_checked();
 }
 
+// A failed write leaves nothing behind but the earlier, complete checkpoints.
+[[noreturn]] void discard_and_throw(const std::string& tmp, const std::string& final_path,
+                                    const std::string& dir, const std::string& why) {
+  std::error_code ec;
+  fs::remove(tmp, ec);
+  throw UserError(
+      fmt::format("checkpoint {} not written: {}. Existing checkpoints in {} are "
+                  "untouched; free space or pass another --checkpoint-dir",
+                  final_path, why, dir));
+}
+
 }  // namespace
 
 CheckpointLayout checkpoint_layout(const ConvNet& model) {
@@ -362,27 +373,12 @@ std::string save_checkpoint(const std::string& dir, const TrainingState& s,
       throw UserError(fmt::format("{}: write failed: {} (injected)", tmp, std::strerror(ENOSPC)));
     }
     fsync_path(tmp, false);
-  } catch (const Hdf5Error& e) {
-    std::error_code ec;
-    fs::remove(tmp, ec);
-    throw UserError(
-        fmt::format("checkpoint {} not written: {}. Existing checkpoints in {} are "
-                    "untouched; free space or pass another --checkpoint-dir",
-                    final_path, e.what(), dir));
-  } catch (const UserError& e) {
-    std::error_code ec;
-    fs::remove(tmp, ec);
-    throw UserError(
-        fmt::format("checkpoint {} not written: {}. Existing checkpoints in {} are "
-                    "untouched",
-                    final_path, e.what(), dir));
+  } catch (const std::exception& e) {  // Hdf5Error (full disk, I/O) or UserError (fsync, seam)
+    discard_and_throw(tmp, final_path, dir, e.what());
   }
   if (::rename(tmp.c_str(), final_path.c_str()) != 0) {
-    const int err = errno;
-    std::error_code ec;
-    fs::remove(tmp, ec);
-    throw UserError(
-        fmt::format("checkpoint {}: rename failed: {}", final_path, std::strerror(err)));
+    discard_and_throw(tmp, final_path, dir,
+                      std::string("rename to the final name failed: ") + std::strerror(errno));
   }
   // The rename itself must reach the disk, or a crash could lose the new name.
   fsync_path(dir, true);
