@@ -204,6 +204,16 @@ std::uint32_t payload_crc(const TrainingState& s) {
   const std::int64_t scalars[] = {s.step, s.epoch, s.sample_offset, s.world_size,
                                   s.optimizer_steps};
   add(scalars, sizeof scalars);
+  for (const auto& arrays : s.rank_arrays) {
+    for (const auto& [name, data] : arrays) {
+      add(name.data(), name.size());
+      add(data.data(), data.size() * sizeof(float));
+    }
+  }
+  if (!s.rank_arrays.empty()) {
+    const std::int64_t hook[] = {s.hook_iter, s.hook_rng};
+    add(hook, sizeof hook);
+  }
   return static_cast<std::uint32_t>(c);
 }
 
@@ -282,10 +292,15 @@ void write_file(const std::string& tmp, const TrainingState& s, const Checkpoint
   }
   {
     H5Handle g(HDF5_CHECK(H5Gcreate2(f, "rank", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)), H5Gclose);
+    attr_i64(g.get(), "hook_iter", s.hook_iter);
+    attr_i64(g.get(), "hook_rng", s.hook_rng);
     for (std::int64_t r = 0; r < s.world_size; ++r) {
       H5Handle rg(HDF5_CHECK(H5Gcreate2(g.get(), std::to_string(r).c_str(), H5P_DEFAULT,
                                         H5P_DEFAULT, H5P_DEFAULT)),
                   H5Gclose);
+      if (static_cast<std::size_t>(r) >= s.rank_arrays.size()) continue;
+      for (const auto& [name, data] : s.rank_arrays[static_cast<std::size_t>(r)])
+        write_f32(rg.get(), name, {static_cast<int>(data.size())}, data.data());
     }
   }
   attr_u64(f, "payload_crc32", payload_crc(s));
@@ -457,6 +472,36 @@ TrainingState load_checkpoint(const std::string& path, const CheckpointLayout& l
         read_f32(m.get(), e.name, e.shape, s.momentum.data() + e.offset,
                  "/optimizer/momentum_buffer");
     }
+    if (H5Lexists(f, "rank", H5P_DEFAULT) > 0) {
+      H5Handle g(HDF5_CHECK(H5Gopen2(f, "rank", H5P_DEFAULT)), H5Gclose);
+      if (has_attr(g.get(), "hook_iter")) {
+        s.hook_iter = read_i64(g.get(), "hook_iter");
+        s.hook_rng = read_i64(g.get(), "hook_rng");
+      }
+      std::vector<std::vector<std::pair<std::string, std::vector<float>>>> ranks;
+      bool any = false;
+      for (std::int64_t r = 0; r < s.world_size; ++r) {
+        ranks.emplace_back();
+        const std::string rn = std::to_string(r);
+        if (H5Lexists(g.get(), rn.c_str(), H5P_DEFAULT) <= 0) continue;
+        H5Handle rg(HDF5_CHECK(H5Gopen2(g.get(), rn.c_str(), H5P_DEFAULT)), H5Gclose);
+        H5G_info_t info{};
+        HDF5_CHECK(H5Gget_info(rg.get(), &info));
+        for (hsize_t i = 0; i < info.nlinks; ++i) {
+          char name[256] = {0};
+          HDF5_CHECK(H5Lget_name_by_idx(rg.get(), ".", H5_INDEX_NAME, H5_ITER_INC, i, name,
+                                        sizeof name, H5P_DEFAULT));
+          H5Handle ds(HDF5_CHECK(H5Dopen2(rg.get(), name, H5P_DEFAULT)), H5Dclose);
+          H5Handle space(HDF5_CHECK(H5Dget_space(ds.get())), H5Sclose);
+          const hssize_t n = H5Sget_simple_extent_npoints(space.get());
+          std::vector<float> data(static_cast<std::size_t>(std::max<hssize_t>(n, 0)));
+          read_f32(rg.get(), name, {static_cast<int>(data.size())}, data.data(), "/rank/" + rn);
+          ranks.back().emplace_back(name, std::move(data));
+          any = true;
+        }
+      }
+      if (any) s.rank_arrays = std::move(ranks);
+    }
     if (read_u64(f, "payload_crc32") != payload_crc(s)) {
       throw UserError("payload CRC32 mismatch: the file is corrupt");
     }
@@ -534,6 +579,30 @@ bool broadcast_training_state(Comm& comm, std::optional<TrainingState>& state,
   comm.broadcast(std::span<float>(state->momentum), 0);
   comm.broadcast(std::span<float>(state->buffers), 0);
   comm.broadcast(std::span<std::int64_t>(state->num_batches_tracked), 0);
+  // Collective: the per-rank hook state. Sizes first, so every rank can allocate; names travel
+  // as their bytes packed into int64 words.
+  std::int64_t meta[3] = {static_cast<std::int64_t>(state->rank_arrays.size()), state->hook_iter,
+                          state->hook_rng};
+  comm.broadcast(std::span<std::int64_t>(meta, 3), 0);
+  state->rank_arrays.resize(static_cast<std::size_t>(meta[0]));
+  state->hook_iter = meta[1];
+  state->hook_rng = meta[2];
+  for (auto& arrays : state->rank_arrays) {
+    std::int64_t count = static_cast<std::int64_t>(arrays.size());
+    comm.broadcast(std::span<std::int64_t>(&count, 1), 0);
+    arrays.resize(static_cast<std::size_t>(count));
+    for (auto& [name, data] : arrays) {
+      std::int64_t sizes[2] = {static_cast<std::int64_t>(name.size()),
+                               static_cast<std::int64_t>(data.size())};
+      comm.broadcast(std::span<std::int64_t>(sizes, 2), 0);
+      std::vector<std::int64_t> words(static_cast<std::size_t>(sizes[0] + 7) / 8, 0);
+      std::memcpy(words.data(), name.data(), name.size());
+      comm.broadcast(std::span<std::int64_t>(words), 0);
+      name.assign(reinterpret_cast<const char*>(words.data()), static_cast<std::size_t>(sizes[0]));
+      data.resize(static_cast<std::size_t>(sizes[1]));
+      comm.broadcast(std::span<float>(data), 0);
+    }
+  }
   return true;
 }
 

@@ -40,6 +40,7 @@ struct EnumText {
   std::string cpu_kernels = "onednn";
   std::string comm = "auto";
   std::string tf32 = "on";
+  std::string cuda_graphs = "on";
   std::string compression = "none";
   std::string progress = "auto";
 };
@@ -91,6 +92,10 @@ void build(CLI::App& app, Config& c, EnumText& t) {
       ->check(CLI::IsMember({"auto", "nccl", "mpi"}));
   app.add_option("--tf32", t.tf32, "on | off: TF32 tensor cores for GPU convolutions and GEMMs")
       ->check(CLI::IsMember({"on", "off"}));
+  app.add_option("--cuda-graphs", t.cuda_graphs,
+                 "on | off: on a GPU with NCCL, capture the training step in a CUDA graph once "
+                 "per batch size and replay it (off: launch every kernel each step)")
+      ->check(CLI::IsMember({"on", "off"}));
   app.add_option("--threads", c.threads,
                  "BLAS threads per rank (0: usable cores / ranks on this node)")
       ->check(CLI::Range(0, 1024));
@@ -114,8 +119,18 @@ void build(CLI::App& app, Config& c, EnumText& t) {
       ->check(CLI::Range(1, 1 << 20));
   app.add_option(
          "--compression", t.compression,
-         "gradient communication hook: none | fp16 | bf16 (divide by world size, 16-bit sum)")
-      ->check(CLI::IsMember({"none", "fp16", "bf16"}));
+         "gradient communication hook: none | fp16 | bf16 (divide by world size, 16-bit sum) | "
+         "powersgd | powersgd_fp16 | batched_powersgd_fp16 (low-rank, error feedback)")
+      ->check(CLI::IsMember(
+          {"none", "fp16", "bf16", "powersgd", "powersgd_fp16", "batched_powersgd_fp16"}));
+  app.add_option("--powersgd-rank", c.powersgd_rank, "PowerSGD: rank of the low-rank approximation")
+      ->check(CLI::Range(1, 1024));
+  app.add_option("--powersgd-start-iter", c.powersgd_start_iter,
+                 "PowerSGD: plain all-reduce for the steps before this one")
+      ->check(kNonNegative);
+  app.add_option("--powersgd-min-compression-rate", c.powersgd_min_compression_rate,
+                 "PowerSGD: compress a matrix only if this many times fewer elements travel")
+      ->check(CLI::Range(0.0, 1e6));
   app.add_flag("--no-overlap", c.no_overlap,
                "one all-reduce after backward instead of per-bucket all-reduces during it");
   app.add_flag("--print-env", c.print_env,
@@ -160,9 +175,15 @@ ParseOutcome parse_cli(int argc, char** argv, Config& cfg, bool print) {
   cfg.device = devices.at(text.device);
   cfg.cpu_kernels = text.cpu_kernels == "onednn" ? CpuKernels::OneDnn : CpuKernels::Reference;
   cfg.tf32 = text.tf32 == "on";
-  cfg.compression = text.compression == "fp16"   ? Compression::Fp16
-                    : text.compression == "bf16" ? Compression::Bf16
-                                                 : Compression::None;
+  cfg.cuda_graphs = text.cuda_graphs == "on";
+  const std::map<std::string, Compression> hooks{
+      {"none", Compression::None},
+      {"fp16", Compression::Fp16},
+      {"bf16", Compression::Bf16},
+      {"powersgd", Compression::PowerSgd},
+      {"powersgd_fp16", Compression::PowerSgdFp16},
+      {"batched_powersgd_fp16", Compression::BatchedPowerSgdFp16}};
+  cfg.compression = hooks.at(text.compression);
   cfg.comm = text.comm == "nccl"  ? CommChoice::Nccl
              : text.comm == "mpi" ? CommChoice::Mpi
                                   : CommChoice::Auto;
@@ -213,6 +234,7 @@ std::string config_json(const Config& c) {
       {"cpu_kernels", c.cpu_kernels == CpuKernels::OneDnn ? "onednn" : "reference"},
       {"comm", kComm[static_cast<int>(c.comm)]},
       {"tf32", c.tf32},
+      {"cuda_graphs", c.cuda_graphs},
       {"threads", c.threads},
       {"log_dir", c.log_dir},
       {"log_every", c.log_every},
@@ -220,6 +242,9 @@ std::string config_json(const Config& c) {
       {"bucket_cap_kb", c.bucket_cap_kb},
       {"no_overlap", c.no_overlap},
       {"compression", to_string(c.compression)},
+      {"powersgd_rank", c.powersgd_rank},
+      {"powersgd_start_iter", c.powersgd_start_iter},
+      {"powersgd_min_compression_rate", c.powersgd_min_compression_rate},
       {"checkpoint_dir", c.checkpoint_dir},
       {"checkpoint_every", c.checkpoint_every},
       {"keep", c.keep},

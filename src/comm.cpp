@@ -39,6 +39,10 @@ bool Comm::test(int) {
   return true;
 }
 void Comm::wait(int) {}
+void Comm::bind_stream(void*) {}
+bool Comm::capturable() const {
+  return false;
+}
 
 void Comm::broadcast(std::span<float> d, int root) {
   count_bytes(d.size_bytes());
@@ -55,6 +59,10 @@ void Comm::broadcast(std::span<std::uint64_t> d, int root) {
 void Comm::allgather(std::span<const std::uint64_t> send, std::span<std::uint64_t> recv) {
   count_bytes(send.size_bytes());
   allgather_raw(send.data(), recv.data(), send.size(), DType::U64);
+}
+void Comm::allgather(std::span<const float> send, std::span<float> recv) {
+  count_bytes(send.size_bytes());
+  allgather_raw(send.data(), recv.data(), send.size(), DType::F32);
 }
 
 }  // namespace mnist_ddp

@@ -56,6 +56,11 @@ void decode16(std::span<const std::uint16_t> in, std::span<float> out, Compressi
   }
 }
 
+bool is_powersgd(Compression c) {
+  return c == Compression::PowerSgd || c == Compression::PowerSgdFp16 ||
+         c == Compression::BatchedPowerSgdFp16;
+}
+
 const char* to_string(Compression c) {
   switch (c) {
     case Compression::None:
@@ -64,6 +69,12 @@ const char* to_string(Compression c) {
       return "fp16";
     case Compression::Bf16:
       return "bf16";
+    case Compression::PowerSgd:
+      return "powersgd";
+    case Compression::PowerSgdFp16:
+      return "powersgd_fp16";
+    case Compression::BatchedPowerSgdFp16:
+      return "batched_powersgd_fp16";
   }
   return "?";
 }

@@ -7,6 +7,7 @@
 #include "mnist_ddp/comm.hpp"
 #include "mnist_ddp/device.hpp"
 #include "mnist_ddp/ops.hpp"
+#include "mnist_ddp/step_graph.hpp"
 
 namespace mnist_ddp {
 
@@ -32,6 +33,13 @@ std::unique_ptr<Comm> make_host_staged_comm() {
 }
 std::unique_ptr<Comm> make_nccl_comm() {
   throw UserError("--comm nccl: this mnist_ddp was built without CUDA (make USE_CUDA=1)");
+}
+StepGraphs::StepGraphs(void* stream) : stream_(stream) {
+  throw UserError("--cuda-graphs: this mnist_ddp was built without CUDA");
+}
+StepGraphs::~StepGraphs() = default;
+StepRun StepGraphs::run(int, const std::function<void()>&) {
+  throw UserError("--cuda-graphs: this mnist_ddp was built without CUDA");
 }
 std::unique_ptr<Ops> make_cuda_ops(bool) {
   throw UserError(

@@ -44,6 +44,19 @@ int choose_gpu(int local_rank, int local_size, int visible, bool exclusive) {
   return static_cast<int>(static_cast<long>(local_rank) * visible / local_size);
 }
 
+void check_gpus_exclusive(std::span<const std::string> gpus) {
+  for (std::size_t b = 1; b < gpus.size(); ++b) {
+    for (std::size_t a = 0; a < b; ++a) {
+      if (gpus[a] != gpus[b]) continue;
+      throw UserError(fmt::format(
+          "--comm nccl: ranks {} and {} would both drive GPU {}; NCCL needs one GPU per rank. "
+          "Give each rank its own GPU (srun --gpus-per-task=1, or fewer ranks per node), or use "
+          "--comm mpi to let ranks share a GPU",
+          a, b, gpus[a]));
+    }
+  }
+}
+
 const char* to_string(Device d) {
   return d == Device::Cuda ? "cuda" : "cpu";
 }

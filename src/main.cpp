@@ -4,8 +4,11 @@
 #include <unistd.h>
 
 #include <fmt/format.h>
+#include <algorithm>
+#include <array>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -59,7 +62,8 @@ int run(int argc, char** argv, int rank, int world, const MpiLocality& locality,
     device = resolve_device(cfg.device);
     if (device == Device::Cuda && cfg.compression != Compression::None) {
       throw UserError(
-          "--compression: the fp16/bf16 hooks run on the CPU backend only in this version");
+          "--compression: the communication hooks run on the CPU backend only in this version; "
+          "use --device cpu, or --compression none on the GPU");
     }
     if (device == Device::Cpu && cfg.comm == CommChoice::Nccl) {
       throw UserError("--comm nccl works on GPU memory: use it with --device cuda (or --comm mpi)");
@@ -75,6 +79,21 @@ int run(int argc, char** argv, int rank, int world, const MpiLocality& locality,
     });
     use_cuda_device(gpu);
     device_text = fmt::format("cuda:{} {}", gpu, cuda_device_description(gpu));
+    if (use_nccl) {
+      // Collective: every rank learns every rank's GPU (host + PCI bus id, NUL-padded into 128
+      // bytes), so all of them reach the same verdict on NCCL's one-GPU-per-rank rule.
+      constexpr std::size_t kWords = 16;
+      const std::string mine = fmt::format("{} on {}", cuda_device_description(gpu), host);
+      std::array<std::uint64_t, kWords> word{};
+      std::memcpy(word.data(), mine.data(), std::min(mine.size(), kWords * 8 - 1));
+      std::vector<std::uint64_t> all(kWords * static_cast<std::size_t>(world));
+      comm->allgather(word, all);
+      std::vector<std::string> gpus;
+      for (int r = 0; r < world; ++r)
+        gpus.emplace_back(
+            reinterpret_cast<const char*>(&all[kWords * static_cast<std::size_t>(r)]));
+      check_gpus_exclusive(gpus);
+    }
   }
   const int threads =
       cfg.threads > 0 ? cfg.threads : std::max(1, usable_cores() / std::max(1, id.local_size));
@@ -131,6 +150,8 @@ int run(int argc, char** argv, int rank, int world, const MpiLocality& locality,
   std::unique_ptr<Comm> staged_comm;
   if (device == Device::Cuda && !use_nccl) staged_comm = make_host_staged_comm();
   Comm& data_comm = use_nccl ? *device_comm : staged_comm ? *staged_comm : *comm;
+  // NCCL joins the ops' stream by events (no host sync), so a step can be captured as a graph.
+  data_comm.bind_stream(ops->stream());
   ops->load_dataset(Ops::kTrain, data.train);  // once: device-resident on a GPU
   ops->load_dataset(Ops::kTest, data.test);
   const int max_batch = std::max(cfg.batch_size, cfg.eval_batch_size);

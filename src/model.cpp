@@ -182,6 +182,10 @@ const float* ConvNet::forward(const float* x, int n, Mode mode) {
   return logits_.data();
 }
 
+void ConvNet::note_replayed_train_forward() {
+  for (auto& n : num_batches_tracked_) n += 1;
+}
+
 void ConvNet::backward(const float* dlogits, const std::function<void(int layer)>& on_ready) {
   MNIST_DDP_CHECK(mode_ != Mode::Eval, "backward after an eval-mode forward");
   const int n = n_;

@@ -40,6 +40,13 @@ void Sgd::step(std::span<float> params, std::span<const float> grads, double lr)
   ++steps_;
 }
 
+void Sgd::step_at_step(std::span<float> params, std::span<const float> grads) {
+  MNIST_DDP_CHECK(params.size() == grads.size() && params.size() == buf_.numel(),
+                  "optimizer sized for another arena");
+  ops_.sgd_step_at_step(params.size(), params.data(), grads.data(), buf_.data(), params_);
+  ++steps_;
+}
+
 void Sgd::restore(std::span<const float> momentum, std::int64_t steps) {
   MNIST_DDP_CHECK(momentum.size() == buf_.numel(), "momentum buffer of another size");
   ops_.upload(momentum.data(), buf_.data(), momentum.size_bytes());

@@ -31,12 +31,31 @@ std::vector<Bucket> make_buckets(const ConvNet& model, std::size_t cap_bytes) {
 }
 
 Reducer::Reducer(Comm& comm, ConvNet& model, std::size_t cap_bytes, bool overlap,
-                 Compression compression)
+                 Compression compression, PowerSgdConfig powersgd)
     : comm_(comm),
       model_(model),
       overlap_(overlap),
       compression_(compression),
       buckets_(make_buckets(model, cap_bytes)) {
+  if (is_powersgd(compression)) {
+    // Each bucket's tensors with PyTorch's shapes: matrices rows = shape[0], cols = the rest.
+    std::vector<std::vector<BucketTensor>> tensors(buckets_.size());
+    std::vector<std::size_t> sizes;
+    for (std::size_t b = 0; b < buckets_.size(); ++b) {
+      sizes.push_back(buckets_[b].count);
+      for (const auto& e : model.param_entries()) {
+        if (e.offset < buckets_[b].offset || e.offset >= buckets_[b].offset + buckets_[b].count)
+          continue;
+        const bool matrix = e.shape.size() > 1;
+        const std::size_t rows = matrix ? static_cast<std::size_t>(e.shape[0]) : 0;
+        tensors[b].push_back(
+            BucketTensor{e.offset - buckets_[b].offset, rows, matrix ? e.numel / rows : e.numel});
+      }
+    }
+    powersgd.batched = compression == Compression::BatchedPowerSgdFp16;
+    powersgd.fp16 = compression != Compression::PowerSgd;
+    powersgd_ = std::make_unique<PowerSgd>(comm, powersgd, std::move(tensors), std::move(sizes));
+  }
   encoded_.resize(buckets_.size());
   for (std::size_t b = 0; b < buckets_.size(); ++b) encoded_[b].resize(buckets_[b].count);
   ready_.assign(buckets_.size(), 0);
@@ -55,6 +74,7 @@ void Reducer::launch(std::size_t b) {
     // Collective (non-blocking where the comm supports it): this bucket's gradients, summed over
     // ranks, while backward computes the earlier layers.
     request_[b] = comm_.start_allreduce_sum(grads);
+    stats_.payload_bytes += grads.size_bytes();
     stats_.wire_bytes += static_cast<std::uint64_t>(2.0 * (r - 1) / r * grads.size_bytes());
   } else {
     // PyTorch's fp16/bf16 hook: cast, divide by the world size in 16 bits, then a 16-bit sum.
@@ -67,6 +87,7 @@ void Reducer::launch(std::size_t b) {
     }
     // Collective (non-blocking): the 16-bit encoding, summed by a user-defined MPI reduction.
     request_[b] = comm_.start_allreduce_sum16(enc, bf16);
+    stats_.payload_bytes += enc.size() * sizeof(std::uint16_t);
     stats_.wire_bytes +=
         static_cast<std::uint64_t>(2.0 * (r - 1) / r * enc.size() * sizeof(std::uint16_t));
   }
@@ -74,7 +95,7 @@ void Reducer::launch(std::size_t b) {
 }
 
 void Reducer::layer_ready(int layer) {
-  if (!overlap_) return;
+  if (!overlap_ || powersgd_) return;
   if (launch_order_.size() == buckets_.size()) launch_order_.clear();  // a new step
   for (std::size_t b = 0; b < buckets_.size(); ++b) {
     const auto& ls = buckets_[b].layers;
@@ -91,6 +112,22 @@ void Reducer::layer_ready(int layer) {
 
 void Reducer::finish() {
   const double t0 = now();
+  ++stats_.steps;
+  if (powersgd_) {
+    const double r = comm_.size();
+    for (std::size_t b = 0; b < buckets_.size(); ++b) {
+      // Collectives (inside): this bucket's PowerSGD all-reduces, in bucket order on every rank.
+      powersgd_->reduce(b, model_.grads().subspan(buckets_[b].offset, buckets_[b].count));
+      stats_.payload_bytes += powersgd_->last_payload_bytes();
+      stats_.wire_bytes +=
+          static_cast<std::uint64_t>(2.0 * (r - 1) / r * powersgd_->last_payload_bytes());
+    }
+    powersgd_->next_iter();
+    const double t = now() - t0;
+    stats_.comm_seconds += t;
+    stats_.exposed_seconds += t;
+    return;
+  }
   if (!overlap_ && compression_ != Compression::None) {
     // No overlap with a hook: every bucket now, one after the other.
     launch_order_.clear();
@@ -102,6 +139,7 @@ void Reducer::finish() {
     const auto g = model_.grads();
     const double r = comm_.size();
     stats_.wire_bytes += static_cast<std::uint64_t>(2.0 * (r - 1) / r * g.size_bytes());
+    stats_.payload_bytes += g.size_bytes();
     comm_.allreduce_avg(g);
     const double t = now() - t0;
     stats_.comm_seconds += t;

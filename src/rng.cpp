@@ -1,6 +1,8 @@
 // rng.cpp — SplitMix64 and the Fisher–Yates permutation (specified in rng.hpp).
 #include "mnist_ddp/rng.hpp"
 
+#include <cmath>
+#include <numbers>
 #include <numeric>
 #include <utility>
 
@@ -22,6 +24,12 @@ std::uint64_t SplitMix64::below(std::uint64_t n) {
     const std::uint64_t r = next();
     if (r >= limit) return r % n;
   }
+}
+
+double SplitMix64::normal() {
+  const double u1 = (static_cast<double>(next() >> 11) + 0.5) * 0x1.0p-53;
+  const double u2 = (static_cast<double>(next() >> 11) + 0.5) * 0x1.0p-53;
+  return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * u2);
 }
 
 float SplitMix64::uniform(float a, float b) {

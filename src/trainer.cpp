@@ -69,9 +69,20 @@ Trainer::Trainer(const Config& cfg, Comm& comm, Comm& data_comm, Ops& ops, ConvN
   lr_.total_steps = total_steps_;
   lr_.min_lr = cfg.min_lr;
   if (ops.device() == Device::Cpu) {
-    reducer_ = std::make_unique<Reducer>(data_comm, model,
-                                         static_cast<std::size_t>(cfg.bucket_cap_kb) * 1024,
-                                         !cfg.no_overlap, cfg.compression);
+    reducer_ = std::make_unique<Reducer>(
+        data_comm, model, static_cast<std::size_t>(cfg.bucket_cap_kb) * 1024, !cfg.no_overlap,
+        cfg.compression,
+        PowerSgdConfig{cfg.powersgd_rank, cfg.powersgd_start_iter,
+                       cfg.powersgd_min_compression_rate, false, false, cfg.seed});
+  }
+  if (ops.device() == Device::Cuda && cfg.cuda_graphs) {
+    if (data_comm.capturable()) {
+      graphs_ = std::make_unique<StepGraphs>(ops.stream());
+    } else {
+      log.info(
+          "CUDA graphs off: the host-staged MPI all-reduce (--comm mpi with several ranks) runs on "
+          "the host each step; use --comm nccl for graph replay");
+    }
   }
   const int max_batch = model.max_batch();
   x_ = Tensor({max_batch, kImagePixels}, ops.device());
@@ -85,11 +96,39 @@ Trainer::~Trainer() {
 }
 
 double Trainer::step(const float* x, const std::int32_t* y, int n, Mode mode) {
+  last_lr_ = learning_rate(lr_, step_, epoch_);
+  ops_.set_step_scalars({0, last_lr_, sgd_.steps_taken() == 0});
+  step_body(x, y, n, mode);
+  ++step_;
+  return ops_.take_loss_sum();
+}
+
+void Trainer::train_step(int n) {
+  last_lr_ = learning_rate(lr_, step_, epoch_);
+  // Before the step (outside any graph): what changes per step, into backend memory.
+  ops_.set_step_scalars({offset_, last_lr_, sgd_.steps_taken() == 0});
+  const auto body = [&] {
+    ops_.gather_at_step(Ops::kTrain, n, data_.mean, data_.std, x_.data(), y_);
+    step_body(x_.data(), y_, n, Mode::Train);
+  };
+  if (!graphs_) {
+    body();
+  } else if (graphs_->run(n, body) == StepRun::Replayed) {
+    // The replay did on the device what body() would have counted on the host.
+    model_.note_replayed_train_forward();
+    sgd_.note_replayed_step();
+    ++replays_;
+  }
+  ++step_;
+}
+
+void Trainer::step_body(const float* x, const std::int32_t* y, int n, Mode mode) {
   // Collective: DDP's broadcast_buffers — rank 0's BN running statistics before each forward.
-  broadcast_buffers(data_comm_, model_, comm_);
+  // (num_batches_tracked, on the host, advances in lockstep on every rank: nothing to send.)
+  data_comm_.broadcast(model_.buffers(), 0);
   const float* logits = model_.forward(x, n, mode);
   // Mean loss over the local batch; averaging the gradients over ranks gives the global mean.
-  const double loss = ops_.softmax_cross_entropy(n, kClasses, logits, y, dlogits_.data(), 1.0 / n);
+  ops_.accumulate_loss(n, kClasses, logits, y, dlogits_.data(), 1.0 / n);
   if (reducer_) {
     // Each bucket's all-reduce starts as soon as backward has produced its gradients.
     model_.backward(dlogits_.data(), [this](int layer) { reducer_->layer_ready(layer); });
@@ -98,10 +137,7 @@ double Trainer::step(const float* x, const std::int32_t* y, int n, Mode mode) {
     model_.backward(dlogits_.data(), nullptr);
     average_gradients(data_comm_, model_);
   }
-  last_lr_ = learning_rate(lr_, step_, epoch_);
-  sgd_.step(model_.params(), model_.grads(), last_lr_);
-  ++step_;
-  return loss;
+  sgd_.step_at_step(model_.params(), model_.grads());
 }
 
 EvalResult Trainer::evaluate() {
@@ -137,6 +173,7 @@ EvalResult Trainer::evaluate() {
 }
 
 void Trainer::log_window(std::int64_t epoch, double elapsed) {
+  window_loss_ += ops_.take_loss_sum();  // sync (GPU): the losses summed on the device
   // Collective (every --log-every steps on all ranks): the global mean loss of the window.
   double w[2] = {window_loss_, static_cast<double>(window_images_)};
   comm_.allreduce(std::span<double>(w, 2), ReduceOp::Sum);
@@ -173,6 +210,20 @@ void Trainer::resume_from(const TrainingState& s) {
   epoch_ = s.epoch;
   offset_ = s.sample_offset;
   last_checkpoint_step_ = s.step;
+  if (PowerSgd* p = reducer_ ? reducer_->powersgd() : nullptr) {
+    const std::int64_t iter = s.hook_iter >= 0 ? s.hook_iter : s.step;
+    if (s.rank_arrays.size() == static_cast<std::size_t>(comm_.size())) {
+      p->restore(s.rank_arrays[static_cast<std::size_t>(comm_.rank())], iter, s.hook_rng);
+    } else {
+      if (!s.rank_arrays.empty()) {
+        log_.info(fmt::format(
+            "resume: PowerSGD error feedback of {} ranks cannot map onto {}; starting it from "
+            "zero (new Qs)",
+            s.rank_arrays.size(), comm_.size()));
+      }
+      p->restore({}, iter, s.hook_iter >= 0 ? s.hook_rng : static_cast<std::int64_t>(cfg_.seed));
+    }
+  }
   if (s.world_size != comm_.size()) {
     // Another world size: the sampler hands out other per-rank lists, so only the number of
     // samples of this epoch already consumed carries over.
@@ -209,18 +260,48 @@ TrainingState Trainer::state() const {
   s.dampening = cfg_.dampening;
   s.weight_decay = cfg_.weight_decay;
   s.nesterov = cfg_.nesterov;
+  if (PowerSgd* p = reducer_ ? reducer_->powersgd() : nullptr) {
+    s.hook_iter = p->iter();
+    s.hook_rng = p->rng_state();
+  }
   return s;
+}
+
+std::vector<std::vector<std::pair<std::string, std::vector<float>>>> Trainer::gather_hook_state() {
+  std::vector<std::vector<std::pair<std::string, std::vector<float>>>> out;
+  PowerSgd* p = reducer_ ? reducer_->powersgd() : nullptr;
+  if (p == nullptr) return out;
+  // Every rank holds the same names and sizes (the hook runs in lockstep), only the values
+  // (error feedback) differ.
+  const auto mine = p->state();
+  if (mine.empty()) return out;
+  out.resize(static_cast<std::size_t>(comm_.size()));
+  for (const auto& [name, data] : mine) {
+    std::vector<float> all(data.size() * static_cast<std::size_t>(comm_.size()));
+    // Collective: rank r's array lands at block r on every rank (rank 0 writes them).
+    comm_.allgather(std::span<const float>(data), all);
+    for (std::size_t r = 0; r < out.size(); ++r) {
+      out[r].emplace_back(
+          name,
+          std::vector<float>(all.begin() + static_cast<std::ptrdiff_t>(r * data.size()),
+                             all.begin() + static_cast<std::ptrdiff_t>((r + 1) * data.size())));
+    }
+  }
+  return out;
 }
 
 void Trainer::checkpoint(const char* why) {
   if (last_checkpoint_step_ == step_) return;  // this state is already on disk
   std::string path;
+  auto hook_state = gather_hook_state();
   // Collective (inside run_agreed): rank 0 holds everything a checkpoint needs (parameters and
   // momentum are identical on every rank; BN buffers follow rank 0), so only it writes; the
   // agreement tells every rank whether the write worked.
   run_agreed(comm_, [&] {
     if (comm_.rank() != 0) return;
-    path = save_checkpoint(cfg_.checkpoint_dir, state(), layout_);
+    TrainingState s = state();
+    s.rank_arrays = std::move(hook_state);
+    path = save_checkpoint(cfg_.checkpoint_dir, s, layout_);
     prune_checkpoints(cfg_.checkpoint_dir, cfg_.keep);
   });
   last_checkpoint_step_ = step_;
@@ -255,10 +336,8 @@ TrainResult Trainer::run() {
     while (offset_ < static_cast<std::int64_t>(order.size()) && step_ < total_steps_) {
       const auto b = static_cast<std::size_t>(offset_);
       const int n = static_cast<int>(std::min<std::size_t>(cfg_.batch_size, order.size() - b));
-      ops_.gather(Ops::kTrain, offset_, n, data_.mean, data_.std, x_.data(), y_);
-      const double loss = step(x_.data(), y_, n);
+      train_step(n);
       offset_ += n;
-      window_loss_ += loss;
       window_images_ += n;
       images += static_cast<std::int64_t>(n) * comm_.size();
       if (cfg_.check_replicas > 0 && step_ % cfg_.check_replicas == 0) {
@@ -267,6 +346,7 @@ TrainResult Trainer::run() {
       const double elapsed = train_seconds + seconds_since(t0);
       if (log_.live_progress() && seconds_since(last_progress) > 0.2) {
         last_progress = Clock::now();
+        window_loss_ += ops_.take_loss_sum();
         const double rate = (step_ - first_step) / std::max(elapsed, 1e-9);
         log_.progress(fmt::format("epoch {}/{} step {}/{} loss {:.4f} {:.0f} img/s ETA {}",
                                   epoch_ + 1, cfg_.epochs, step_, total_steps_,
@@ -310,19 +390,25 @@ TrainResult Trainer::run() {
     const bool epoch_done = offset_ >= static_cast<std::int64_t>(order.size());
     if (reducer_) {
       const ReducerStats rs = reducer_->take_stats();
-      log_.info(
-          fmt::format("comm epoch {}: {} buckets{}, ~{} sent per rank, {:.1f} ms in flight, "
-                      "{:.1f} ms exposed (not hidden by backward)",
-                      epoch_ + 1, reducer_->buckets().size(),
-                      cfg_.no_overlap ? " (--no-overlap: one all-reduce)" : "",
-                      fmt_bytes(static_cast<double>(rs.wire_bytes)), 1e3 * rs.comm_seconds,
-                      1e3 * rs.exposed_seconds));
+      log_.info(fmt::format(
+          "comm epoch {}: {} buckets{}, hook {}, {} per step handed to all-reduce, "
+          "~{} sent per rank, {:.1f} ms in flight, {:.1f} ms exposed (not hidden by "
+          "backward)",
+          epoch_ + 1, reducer_->buckets().size(),
+          cfg_.no_overlap ? " (--no-overlap: one all-reduce)" : "", to_string(cfg_.compression),
+          fmt_bytes(static_cast<double>(rs.payload_bytes) /
+                    static_cast<double>(std::max<std::int64_t>(rs.steps, 1))),
+          fmt_bytes(static_cast<double>(rs.wire_bytes)), 1e3 * rs.comm_seconds,
+          1e3 * rs.exposed_seconds));
       log_.metrics({{"event", "comm"},
                     {"epoch", epoch_ + 1},
                     {"step", step_},
                     {"buckets", reducer_->buckets().size()},
                     {"overlap", !cfg_.no_overlap},
                     {"wire_bytes", rs.wire_bytes},
+                    {"compression", to_string(cfg_.compression)},
+                    {"payload_bytes", rs.payload_bytes},
+                    {"steps", rs.steps},
                     {"comm_s", rs.comm_seconds},
                     {"exposed_s", rs.exposed_seconds}});
     }
@@ -350,6 +436,10 @@ TrainResult Trainer::run() {
     ++epoch_;
     offset_ = 0;
     checkpoint("epoch end");
+  }
+  if (graphs_) {
+    log_.info(fmt::format("CUDA graphs: {} captured (one per batch size), {} of {} steps replayed",
+                          graphs_->captured(), replays_, step_ - first_step));
   }
   // End of training (a no-op when the epoch end just wrote this step).
   if (stop == 0) checkpoint("end");

@@ -13,7 +13,9 @@
 //                     weight_decay, nesterov
 //   /rng              attrs: init_seed, sampler_seed, sampler_epoch (the shuffle of epoch e is
 //                     permutation(sampler_seed + e): that is all the RNG state there is)
-//   /rank/<r>         one group per rank for per-rank state (empty in this version)
+//   /rank             attrs: hook_iter, hook_rng (PowerSGD's step counter and generator state)
+//   /rank/<r>/<name>  float32 1-D per-rank state: PowerSGD's error feedback (powersgd_error_<b>)
+//                     and Q (powersgd_q_<b>) of bucket b; empty groups for the other hooks
 #pragma once
 
 #include <cstdint>
@@ -46,6 +48,10 @@ struct TrainingState {
   std::string lr_schedule;
   double base_lr = 0, last_lr = 0, momentum_factor = 0, dampening = 0, weight_decay = 0;
   bool nesterov = false;
+  // Per-rank gradient-hook state: rank_arrays[r] is rank r's (/rank/<r>/); empty without one.
+  std::vector<std::vector<std::pair<std::string, std::vector<float>>>> rank_arrays;
+  std::int64_t hook_iter = -1;  // PowerSGD's step counter; -1: written without PowerSGD
+  std::int64_t hook_rng = 0;
 };
 
 // The names and shapes of the model's tensors (from ConvNet) that the file must match.

@@ -38,6 +38,7 @@ struct Config {
   CpuKernels cpu_kernels = CpuKernels::OneDnn;
   CommChoice comm = CommChoice::Auto;  // auto: NCCL on cuda, MPI on cpu
   bool tf32 = true;                    // TF32 tensor cores on the GPU (PyTorch's cuDNN default)
+  bool cuda_graphs = true;             // capture + replay the GPU training step
   int threads = 1;  // BLAS threads per rank; 0: usable cores / ranks on this node
   std::string log_dir = "logging";
   std::string checkpoint_dir = "checkpoints";
@@ -49,6 +50,9 @@ struct Config {
   int bucket_cap_kb = 25;  // gives this model 3 buckets: fc (61 KiB), layer2 (50 KiB), layer1
   bool no_overlap = false;
   Compression compression = Compression::None;
+  int powersgd_rank = 2;
+  std::int64_t powersgd_start_iter = 1000;  // as the seed (PyTorch's default is 10)
+  double powersgd_min_compression_rate = 2.0;
   bool print_env = false;
   Progress progress = Progress::Auto;
 };

@@ -33,6 +33,7 @@ class Comm {
 
   // recv.size() == send.size() * size(); rank r's block lands at recv[r * send.size()].
   void allgather(std::span<const std::uint64_t> send, std::span<std::uint64_t> recv);
+  void allgather(std::span<const float> send, std::span<float> recv);
 
   // Non-blocking sum all-reduce of 16-bit encoded floats (fp16 or bf16: `bf16` selects), summed
   // in that format by a user-defined reduction (MPI has no 16-bit float type). Same request
@@ -45,6 +46,14 @@ class Comm {
   virtual int start_allreduce_sum(std::span<float> data);
   virtual bool test(int request);
   virtual void wait(int request);
+
+  // Orders this communicator's device work with a compute stream (a cudaStream_t, Ops::stream()):
+  // each collective waits for the work queued there and that stream waits for the collective, by
+  // events and without a host sync, so a step and its collectives can be captured in one CUDA
+  // graph. A no-op for communicators on host memory.
+  virtual void bind_stream(void* stream);
+  // True when a step using this communicator can be captured in a CUDA graph.
+  virtual bool capturable() const;
 
   virtual void barrier() = 0;
   // Ends every rank of the job now (internal failures only).

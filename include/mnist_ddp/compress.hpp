@@ -9,7 +9,9 @@
 
 namespace mnist_ddp {
 
-enum class Compression { None, Fp16, Bf16 };
+// PowerSgd* are PowerSGD hooks (powersgd.hpp); the others are the 16-bit casts.
+enum class Compression { None, Fp16, Bf16, PowerSgd, PowerSgdFp16, BatchedPowerSgdFp16 };
+bool is_powersgd(Compression c);
 
 std::uint16_t to_fp16(float x);
 float from_fp16(std::uint16_t h);

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <span>
 #include <string>
 
 namespace mnist_ddp {
@@ -23,6 +24,11 @@ void cuda_free(void* p);
 // ranks, local_rank; with fewer, an error when each rank needs its own GPU (NCCL), else blocks of
 // consecutive local ranks share one (local_rank * visible / local_size).
 int choose_gpu(int local_rank, int local_size, int visible, bool exclusive);
+
+// NCCL needs each rank on its own GPU, which only a comparison across ranks can establish (two
+// ranks may each see "GPU 0" and still be one device). gpus[r] names rank r's GPU (host and PCI
+// bus id). Throws UserError naming the first two ranks that share one, and the fix.
+void check_gpus_exclusive(std::span<const std::string> gpus);
 
 // cudaSetDevice + context creation: the first CUDA call that touches a device (build with CUDA).
 void use_cuda_device(int index);

@@ -32,10 +32,20 @@ class HostOps : public Ops {
   void set_order(int slot, std::span<const std::int64_t> order) override;
   void gather(int slot, std::int64_t offset, int n, float mean, float std, float* x,
               std::int32_t* y) override;
+  void set_step_scalars(const StepScalars& s) override { scalars_ = s; }
+  void gather_at_step(int slot, int n, float mean, float std, float* x, std::int32_t* y) override;
+  void sgd_step_at_step(std::size_t n, float* p, const float* g, float* momentum_buf,
+                        const SgdParams& s) override;
+  void accumulate_loss(int n, int classes, const float* logits, const std::int32_t* labels,
+                       float* dlogits, double grad_scale) override;
+  double take_loss_sum() override;
+  void* stream() const override { return nullptr; }
 
  private:
   const Dataset* data_[2] = {nullptr, nullptr};  // host memory is backend memory: no copy
   std::vector<std::int64_t> order_[2];
+  StepScalars scalars_;
+  double loss_sum_ = 0;
 };
 
 }  // namespace mnist_ddp

@@ -50,6 +50,8 @@ class ConvNet {
   // dlogits[N][10] for the last forward. Gradients are written (not accumulated) into grads().
   // on_ready(layer) fires when layer's gradients are final: 2 (fc), then 1, then 0.
   void backward(const float* dlogits, const std::function<void(int layer)>& on_ready);
+  // A CUDA-graph replay ran a Train forward without calling forward(): count it.
+  void note_replayed_train_forward();
 
   // Views of backend memory (device memory on a GPU backend: copy with Ops::download to read).
   std::span<float> params() { return {params_.data(), params_.numel()}; }

@@ -81,6 +81,28 @@ class Ops {
   virtual void set_order(int slot, std::span<const std::int64_t> order) = 0;
   virtual void gather(int slot, std::int64_t offset, int n, float mean, float std, float* x,
                       std::int32_t* y) = 0;
+
+  // ---- What lets a training step be captured once and replayed (CUDA graphs) ----------------
+  // The values that change from step to step live in backend memory, so a captured step reads
+  // this step's values at replay time and the graph itself never changes.
+  struct StepScalars {
+    std::int64_t offset = 0;  // into the training visiting order
+    double lr = 0;
+    bool first_step = false;  // the optimizer's first update (momentum buffer := gradient)
+  };
+  virtual void set_step_scalars(const StepScalars& s) = 0;
+  // gather() at the offset, and sgd_step() at the lr / first_step, of the last set_step_scalars.
+  virtual void gather_at_step(int slot, int n, float mean, float std, float* x,
+                              std::int32_t* y) = 0;
+  virtual void sgd_step_at_step(std::size_t n, float* p, const float* g, float* momentum_buf,
+                                const SgdParams& s) = 0;
+  // softmax_cross_entropy whose summed loss is added to a total in backend memory instead of
+  // returned (no device-to-host sync per step); take_loss_sum returns that total and clears it.
+  virtual void accumulate_loss(int n, int classes, const float* logits, const std::int32_t* labels,
+                               float* dlogits, double grad_scale) = 0;
+  virtual double take_loss_sum() = 0;
+  // The stream every op runs on (a cudaStream_t), or nullptr for a host backend.
+  virtual void* stream() const = 0;
 };
 
 enum class CpuKernels { OneDnn, Reference };

@@ -31,6 +31,10 @@ class Sgd {
   Sgd(Ops& ops, std::size_t numel, const SgdParams& params);
   // One update of params with grads at learning rate lr.
   void step(std::span<float> params, std::span<const float> grads, double lr);
+  // The same update at the lr / first-step flag the backend holds (Ops::set_step_scalars), so it
+  // can be captured in a CUDA graph; note_replayed_step counts an update a graph replay made.
+  void step_at_step(std::span<float> params, std::span<const float> grads);
+  void note_replayed_step() { ++steps_; }
   std::int64_t steps_taken() const { return steps_; }
   std::span<float> momentum_buffer() { return {buf_.data(), buf_.numel()}; }
   std::span<const float> momentum_buffer() const { return {buf_.data(), buf_.numel()}; }

@@ -6,11 +6,13 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "mnist_ddp/comm.hpp"
 #include "mnist_ddp/compress.hpp"
 #include "mnist_ddp/model.hpp"
+#include "mnist_ddp/powersgd.hpp"
 
 namespace mnist_ddp {
 
@@ -25,17 +27,21 @@ struct Bucket {
 std::vector<Bucket> make_buckets(const ConvNet& model, std::size_t cap_bytes);
 
 struct ReducerStats {
-  double comm_seconds = 0;       // from each bucket's start to its observed completion, summed
-  double exposed_seconds = 0;    // time the step spent waiting after backward (not hidden)
-  std::uint64_t wire_bytes = 0;  // estimate of bytes sent per rank (ring: 2 (R-1)/R x payload)
+  double comm_seconds = 0;          // from each bucket's start to its observed completion, summed
+  double exposed_seconds = 0;       // time the step spent waiting after backward (not hidden)
+  std::uint64_t wire_bytes = 0;     // estimate of bytes sent per rank (ring: 2 (R-1)/R x payload)
+  std::uint64_t payload_bytes = 0;  // bytes this rank handed to gradient collectives
+  std::int64_t steps = 0;
 };
 
 class Reducer {
  public:
   // compression fp16/bf16: each bucket is cast to 16 bits, divided by the world size, summed in
-  // 16 bits and decoded (PyTorch's fp16/bf16 compress hooks); none: sum, then divide.
+  // 16 bits and decoded (PyTorch's fp16/bf16 compress hooks); none: sum, then divide; PowerSGD:
+  // after backward, bucket by bucket (its two dependent all-reduces per bucket are not
+  // overlapped), with `powersgd` (rank, start iteration, ...; batched/fp16 follow compression).
   Reducer(Comm& comm, ConvNet& model, std::size_t cap_bytes, bool overlap,
-          Compression compression = Compression::None);
+          Compression compression = Compression::None, PowerSgdConfig powersgd = {});
   // Backward's "layer ready" callback: launches every bucket whose layers are all ready and
   // progresses those in flight.
   void layer_ready(int layer);
@@ -46,6 +52,8 @@ class Reducer {
   // Launch order of the last step (bucket indices), for tests.
   const std::vector<int>& launch_order() const { return launch_order_; }
   ReducerStats take_stats();
+  // The PowerSGD state (error feedback, Qs, step counter), or nullptr for the other hooks.
+  PowerSgd* powersgd() { return powersgd_.get(); }
 
  private:
   void launch(std::size_t b);
@@ -61,6 +69,7 @@ class Reducer {
   std::vector<bool> done_;
   std::vector<int> launch_order_;
   ReducerStats stats_;
+  std::unique_ptr<PowerSgd> powersgd_;
 };
 
 }  // namespace mnist_ddp

@@ -21,6 +21,11 @@ class SplitMix64 {
   std::uint64_t next();
   std::uint64_t below(std::uint64_t n);
   float uniform(float a, float b);
+  // Standard normal by Box-Muller: u1 = ((next() >> 11) + 0.5) * 2^-53, u2 likewise,
+  // sqrt(-2 ln u1) * cos(2 pi u2) (one value per two draws).
+  double normal();
+  // The whole generator state (checkpoints).
+  std::uint64_t state() const { return state_; }
 
  private:
   std::uint64_t state_;

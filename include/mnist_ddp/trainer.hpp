@@ -16,6 +16,7 @@
 #include "mnist_ddp/model.hpp"
 #include "mnist_ddp/optimizer.hpp"
 #include "mnist_ddp/reducer.hpp"
+#include "mnist_ddp/step_graph.hpp"
 #include "mnist_ddp/tensor.hpp"
 
 namespace mnist_ddp {
@@ -56,17 +57,24 @@ class Trainer {
   // With another world size the position is re-derived from the global samples consumed.
   void resume_from(const TrainingState& s);
   TrainResult run();
-  // One data-parallel step on this rank's batch x[n][784], y[n] (backend memory); returns the
-  // local summed loss.
+  // One data-parallel step on this rank's batch x[n][784], y[n] (backend memory), always eager;
+  // returns the local summed loss.
   double step(const float* x, const std::int32_t* y, int n, Mode mode = Mode::Train);
   EvalResult evaluate();
   // The state a checkpoint holds now (rank 0's view; identical on every rank but BN buffers).
   TrainingState state() const;
 
  private:
+  // The step after Ops::set_step_scalars: BN-buffer broadcast, forward, loss (summed on the
+  // backend), backward with the gradient all-reduce, SGD. Enqueues only (capturable on a GPU).
+  void step_body(const float* x, const std::int32_t* y, int n, Mode mode);
+  // One training step of run(): the batch at offset_ through step_body, eager or as a graph.
+  void train_step(int n);
   void log_window(std::int64_t epoch, double elapsed);
   // Collective: rank 0 writes, every rank learns whether it worked.
   void checkpoint(const char* why);
+  // Collective: every rank's gradient-hook state (PowerSGD), indexed by rank; empty if none.
+  std::vector<std::vector<std::pair<std::string, std::vector<float>>>> gather_hook_state();
   const Config& cfg_;
   Comm& comm_;
   Comm& data_comm_;
@@ -76,6 +84,8 @@ class Trainer {
   Logger& log_;
   Sgd sgd_;
   std::unique_ptr<Reducer> reducer_;  // host-memory backends; the GPU path averages after backward
+  std::unique_ptr<StepGraphs> graphs_;  // GPU with a capturable data communicator
+  std::int64_t replays_ = 0;            // steps run as a graph replay
   LrConfig lr_;
   CheckpointLayout layout_;
   std::int64_t steps_per_epoch_ = 0;

@@ -65,5 +65,23 @@ void HostOps::gather(int slot, std::int64_t offset, int n, float mean, float std
                    .subspan(static_cast<std::size_t>(offset), static_cast<std::size_t>(n)),
                mean, std, x, y);
 }
+void HostOps::gather_at_step(int slot, int n, float mean, float std, float* x, std::int32_t* y) {
+  gather(slot, scalars_.offset, n, mean, std, x, y);
+}
+void HostOps::sgd_step_at_step(std::size_t n, float* p, const float* g, float* buf,
+                               const SgdParams& s) {
+  SgdParams at = s;
+  at.lr = scalars_.lr;
+  sgd_step(n, p, g, buf, at, scalars_.first_step);
+}
+void HostOps::accumulate_loss(int n, int classes, const float* logits, const std::int32_t* labels,
+                              float* dlogits, double grad_scale) {
+  loss_sum_ += softmax_cross_entropy(n, classes, logits, labels, dlogits, grad_scale);
+}
+double HostOps::take_loss_sum() {
+  const double s = loss_sum_;
+  loss_sum_ = 0;
+  return s;
+}
 
 }  // namespace mnist_ddp

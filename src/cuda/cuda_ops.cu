@@ -5,8 +5,12 @@
 // gather/normalise from the device-resident dataset. Activations are plain NCHW (so the flatten
 // before fc is a copy). Semantics are the CPU reference's (cpu_ops.hpp).
 //
-// Ordering: every op runs on the legacy default stream; NcclComm uses a blocking stream, so its
-// collectives are ordered after the compute that produced their inputs.
+// Ordering: every op runs on one blocking stream (stream()), so a whole training step can be
+// captured into a CUDA graph (step_graph.hpp); the synchronous cudaMemcpy of upload/download/loss
+// run on the legacy default stream, which waits for that stream's work. NcclComm joins this
+// stream with events (Comm::bind_stream). The values that change per step (batch offset, lr) are
+// copied into device memory before the step (set_step_scalars), and the training loss is summed
+// on the device, so nothing inside a step needs the host.
 #include <algorithm>
 #include <cstdint>
 #include <map>
@@ -203,10 +207,23 @@ __global__ void softmax_xent_kernel(int n, int classes, const float* z, const st
   }
 }
 
+// The per-step values a captured step reads at replay time (Ops::StepScalars on the device).
+struct DeviceScalars {
+  std::int64_t offset;
+  float lr;
+  int first_step;
+};
+
+// at != nullptr: lr and the first-step flag come from device memory (a captured step).
 __global__ void sgd_kernel(std::size_t n, float* p, const float* g, float* buf, float lr, float mom,
-                           float damp, float wd, bool nesterov, bool first) {
+                           float damp, float wd, bool nesterov, bool first,
+                           const DeviceScalars* at) {
   const std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
   if (i >= n) return;
+  if (at != nullptr) {
+    lr = at->lr;
+    first = at->first_step != 0;
+  }
   float d = g[i];
   if (wd != 0.f) d = d + wd * p[i];
   if (mom != 0.f) {
@@ -217,11 +234,13 @@ __global__ void sgd_kernel(std::size_t n, float* p, const float* g, float* buf, 
 }
 
 // One thread per pixel of the batch: x[b][p] = image[order[offset+b]][p] * a + c.
+// at != nullptr: the offset comes from device memory (a captured step).
 __global__ void gather_kernel(const std::uint8_t* images, const std::uint8_t* labels,
                               const std::int64_t* order, std::int64_t offset, int n, float a,
-                              float c, float* x, std::int32_t* y) {
+                              float c, float* x, std::int32_t* y, const DeviceScalars* at) {
   const long t = blockIdx.x * static_cast<long>(blockDim.x) + threadIdx.x;
   if (t >= static_cast<long>(n) * kImagePixels) return;
+  if (at != nullptr) offset = at->offset;
   const long b = t / kImagePixels, p = t % kImagePixels;
   const std::int64_t idx = order[offset + b];
   x[t] = static_cast<float>(images[idx * kImagePixels + p]) * a + c;
@@ -229,6 +248,16 @@ __global__ void gather_kernel(const std::uint8_t* images, const std::uint8_t* la
 }
 
 // ---- cuDNN convolution plans ------------------------------------------------------------------
+
+// The first usable, deterministic entry of a cuDNN heuristics list (best first), else the first.
+template <typename Perf>
+const Perf& pick_deterministic(const Perf* perf, int found) {
+  for (int i = 0; i < found; ++i) {
+    if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].determinism == CUDNN_DETERMINISTIC)
+      return perf[i];
+  }
+  return perf[0];
+}
 
 struct ConvPlan {
   cudnnTensorDescriptor_t x = nullptr, y = nullptr, bias = nullptr;
@@ -250,25 +279,45 @@ struct ConvPlan {
 class CudaOps final : public Ops {
  public:
   explicit CudaOps(bool tf32) : tf32_(tf32) {
+    CUDA_CHECK(cudaStreamCreate(&stream_));  // blocking: the legacy stream waits for it
     CUDNN_CHECK(cudnnCreate(&cudnn_));
+    CUDNN_CHECK(cudnnSetStream(cudnn_, stream_));
     CUBLAS_CHECK(cublasCreate(&cublas_));
+    // The stream first: cublasSetStream resets the workspace to cuBLAS's own pool, and an explicit
+    // workspace keeps cuBLAS from allocating while a step is being captured.
+    CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
+    CUDA_CHECK(cudaMalloc(&cublas_workspace_, kCublasWorkspace));
+    CUBLAS_CHECK(cublasSetWorkspace(cublas_, cublas_workspace_, kCublasWorkspace));
     // TF32 as PyTorch's default for cuDNN convolutions; off gives full FP32 (parity tests).
     CUBLAS_CHECK(
         cublasSetMathMode(cublas_, tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_PEDANTIC_MATH));
     CUDA_CHECK(cudaMalloc(&scalars_, 64));
     CUDA_CHECK(cudaMalloc(&bn_sums_, 2 * 64 * sizeof(double)));
+    CUDA_CHECK(cudaMalloc(&loss_sum_, sizeof(double)));
+    CUDA_CHECK(cudaMemset(loss_sum_, 0, sizeof(double)));
+    CUDA_CHECK(cudaMalloc(&dev_scalars_, sizeof(DeviceScalars)));
+    CUDA_CHECK(cudaMemset(dev_scalars_, 0, sizeof(DeviceScalars)));
+    CUDA_CHECK(cudaMallocHost(&host_scalars_, kScalarSlots * sizeof(DeviceScalars)));
+    for (auto& e : scalar_copied_) CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
   }
   ~CudaOps() override {
     plans_.clear();
     if (workspace_) cudaFree(workspace_);
+    for (void* p : retired_) cudaFree(p);
     for (auto* p : {dev_images_[0], dev_images_[1], dev_labels_[0], dev_labels_[1]})
       if (p) cudaFree(p);
     for (auto* p : dev_order_)
       if (p) cudaFree(p);
     cudaFree(scalars_);
     cudaFree(bn_sums_);
+    cudaFree(loss_sum_);
+    cudaFree(dev_scalars_);
+    cudaFreeHost(host_scalars_);
+    for (auto e : scalar_copied_) cudaEventDestroy(e);
     cublasDestroy(cublas_);
+    cudaFree(cublas_workspace_);
     cudnnDestroy(cudnn_);
+    cudaStreamDestroy(stream_);
   }
   Device device() const override { return Device::Cuda; }
 
@@ -298,22 +347,22 @@ class CudaOps final : public Ops {
   void batchnorm_stats(int c, int n, int hw, const float* x, double eps, double momentum,
                        float* save_mean, float* save_invstd, float* running_mean,
                        float* running_var) override {
-    bn_stats_kernel<<<c, kThreads>>>(c, n, hw, x, eps, momentum, save_mean, save_invstd,
-                                     running_mean, running_var);
+    bn_stats_kernel<<<c, kThreads, 0, stream_>>>(c, n, hw, x, eps, momentum, save_mean, save_invstd,
+                                                 running_mean, running_var);
     CUDA_CHECK(cudaGetLastError());
   }
   void batchnorm_eval_stats(int c, const float* running_mean, const float* running_var, double eps,
                             float* mean, float* invstd) override {
-    bn_eval_stats_kernel<<<blocks_for(c), kThreads>>>(c, running_mean, running_var, eps, mean,
-                                                      invstd);
+    bn_eval_stats_kernel<<<blocks_for(c), kThreads, 0, stream_>>>(c, running_mean, running_var, eps,
+                                                                  mean, invstd);
     CUDA_CHECK(cudaGetLastError());
   }
   void bn_relu_pool_forward(int c, int n, int h, int w, const float* x, const float* gamma,
                             const float* beta, const float* mean, const float* invstd, float* y,
                             std::uint8_t* argmax) override {
     const std::size_t total = static_cast<std::size_t>(n) * c * (h / 2) * (w / 2);
-    bn_relu_pool_fwd_kernel<<<blocks_for(total), kThreads>>>(c, n, h, w, x, gamma, beta, mean,
-                                                             invstd, y, argmax);
+    bn_relu_pool_fwd_kernel<<<blocks_for(total), kThreads, 0, stream_>>>(c, n, h, w, x, gamma, beta,
+                                                                         mean, invstd, y, argmax);
     CUDA_CHECK(cudaGetLastError());
   }
   void bn_relu_pool_backward(int c, int n, int h, int w, const float* x, const float* y,
@@ -321,12 +370,14 @@ class CudaOps final : public Ops {
                              const float* mean, const float* invstd, bool batch_stats, float* dx,
                              float* dgamma, float* dbeta) override {
     MNIST_DDP_CHECK(c <= 64, "more channels than the BN scratch holds");
-    bn_relu_pool_sums_kernel<<<c, kThreads>>>(c, n, h, w, x, y, dy, argmax, mean, bn_sums_);
+    bn_relu_pool_sums_kernel<<<c, kThreads, 0, stream_>>>(c, n, h, w, x, y, dy, argmax, mean,
+                                                          bn_sums_);
     CUDA_CHECK(cudaGetLastError());
-    bn_param_grads_kernel<<<blocks_for(c), kThreads>>>(c, bn_sums_, invstd, dgamma, dbeta);
+    bn_param_grads_kernel<<<blocks_for(c), kThreads, 0, stream_>>>(c, bn_sums_, invstd, dgamma,
+                                                                   dbeta);
     CUDA_CHECK(cudaGetLastError());
     const std::size_t total = static_cast<std::size_t>(n) * c * (h / 2) * (w / 2);
-    bn_relu_pool_dx_kernel<<<blocks_for(total), kThreads>>>(
+    bn_relu_pool_dx_kernel<<<blocks_for(total), kThreads, 0, stream_>>>(
         c, n, h, w, x, y, dy, argmax, gamma, mean, invstd, bn_sums_, batch_stats, dx);
     CUDA_CHECK(cudaGetLastError());
   }
@@ -336,7 +387,8 @@ class CudaOps final : public Ops {
     const float one = 1.f, zero = 0.f;
     CUBLAS_CHECK(cublasSgemm(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, out, n, in, &one, w, in, x, in,
                              &zero, y, out));
-    add_row_bias_kernel<<<blocks_for(static_cast<std::size_t>(n) * out), kThreads>>>(n, out, b, y);
+    add_row_bias_kernel<<<blocks_for(static_cast<std::size_t>(n) * out), kThreads, 0, stream_>>>(
+        n, out, b, y);
     CUDA_CHECK(cudaGetLastError());
   }
   void linear_backward(int n, int in, int out, const float* x, const float* w, const float* dy,
@@ -345,7 +397,7 @@ class CudaOps final : public Ops {
     // dw[out][in] = dy^T x: column-major dw^T (in x out) = x^T (in x N) * dy (N x out).
     CUBLAS_CHECK(cublasSgemm(cublas_, CUBLAS_OP_N, CUBLAS_OP_T, in, out, n, &one, x, in, dy, out,
                              &zero, dw, in));
-    column_sums_kernel<<<blocks_for(out), kThreads>>>(n, out, dy, db);
+    column_sums_kernel<<<blocks_for(out), kThreads, 0, stream_>>>(n, out, dy, db);
     CUDA_CHECK(cudaGetLastError());
     // dx[N][in] = dy w: column-major dx^T (in x N) = w^T (in x out) * dy^T (out x N).
     if (dx != nullptr) {
@@ -371,19 +423,59 @@ class CudaOps final : public Ops {
   }
   void to_fc_rows(int c, int n, int hw, const float* x, float* y) override {
     // NCHW already is PyTorch's flatten order.
-    CUDA_CHECK(cudaMemcpyAsync(y, x, sizeof(float) * c * n * hw, cudaMemcpyDeviceToDevice, 0));
+    CUDA_CHECK(
+        cudaMemcpyAsync(y, x, sizeof(float) * c * n * hw, cudaMemcpyDeviceToDevice, stream_));
   }
   void from_fc_rows(int c, int n, int hw, const float* x, float* y) override {
-    CUDA_CHECK(cudaMemcpyAsync(y, x, sizeof(float) * c * n * hw, cudaMemcpyDeviceToDevice, 0));
+    CUDA_CHECK(
+        cudaMemcpyAsync(y, x, sizeof(float) * c * n * hw, cudaMemcpyDeviceToDevice, stream_));
   }
   void sgd_step(std::size_t n, float* p, const float* g, float* buf, const SgdParams& s,
                 bool first_step) override {
-    sgd_kernel<<<blocks_for(n), kThreads>>>(
+    sgd_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(
         n, p, g, buf, static_cast<float>(s.lr), static_cast<float>(s.momentum),
         static_cast<float>(1.0 - s.dampening), static_cast<float>(s.weight_decay), s.nesterov,
-        first_step);
+        first_step, nullptr);
     CUDA_CHECK(cudaGetLastError());
   }
+  void sgd_step_at_step(std::size_t n, float* p, const float* g, float* buf,
+                        const SgdParams& s) override {
+    sgd_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(
+        n, p, g, buf, 0.f, static_cast<float>(s.momentum), static_cast<float>(1.0 - s.dampening),
+        static_cast<float>(s.weight_decay), s.nesterov, false, dev_scalars_);
+    CUDA_CHECK(cudaGetLastError());
+  }
+  void set_step_scalars(const StepScalars& s) override {
+    // A ring of pinned slots: a slot is rewritten only after the copy that last read it ran
+    // (normally long ago), so the host never races a copy still queued on the stream.
+    const int slot = next_slot_;
+    next_slot_ = (next_slot_ + 1) % kScalarSlots;
+    // Sync (normally a no-op): the copy that last read this slot has run.
+    CUDA_CHECK(cudaEventSynchronize(scalar_copied_[slot]));
+    host_scalars_[slot] = DeviceScalars{s.offset, static_cast<float>(s.lr), s.first_step ? 1 : 0};
+    CUDA_CHECK(cudaMemcpyAsync(dev_scalars_, &host_scalars_[slot], sizeof(DeviceScalars),
+                               cudaMemcpyHostToDevice, stream_));
+    CUDA_CHECK(cudaEventRecord(scalar_copied_[slot], stream_));
+    step_offset_ = s.offset;
+  }
+  void gather_at_step(int slot, int n, float mean, float std, float* x, std::int32_t* y) override {
+    launch_gather(slot, step_offset_, n, mean, std, x, y, dev_scalars_);
+  }
+  void accumulate_loss(int n, int classes, const float* logits, const std::int32_t* labels,
+                       float* dlogits, double grad_scale) override {
+    softmax_xent_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(
+        n, classes, logits, labels, dlogits, grad_scale, loss_sum_, xent_counts_scratch(),
+        xent_counts_scratch() + 1);
+    CUDA_CHECK(cudaGetLastError());
+  }
+  double take_loss_sum() override {
+    double s = 0;
+    // Sync: the legacy-stream copy waits for every step queued on the ops' stream.
+    CUDA_CHECK(cudaMemcpy(&s, loss_sum_, sizeof s, cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaMemsetAsync(loss_sum_, 0, sizeof(double), stream_));
+    return s;
+  }
+  void* stream() const override { return stream_; }
   std::uint8_t* alloc_bytes(std::size_t n) override {
     void* p = nullptr;
     CUDA_CHECK(cudaMalloc(&p, n > 0 ? n : 1));
@@ -401,6 +493,10 @@ class CudaOps final : public Ops {
   void load_dataset(int slot, const Dataset& d) override {
     // Once per run: the whole split lives on the GPU (47 MB for MNIST's training set).
     MNIST_DDP_CHECK(slot == kTrain || slot == kTest, "dataset slot");
+    // The order buffer is sized for the whole split now and never moves, so a captured gather
+    // keeps pointing at it (a rank's order never holds more indices than the split has).
+    CUDA_CHECK(cudaMalloc(&dev_order_[slot], std::max<std::size_t>(1, d.count) * 8));
+    order_capacity_[slot] = static_cast<std::size_t>(d.count);
     CUDA_CHECK(cudaMalloc(&dev_images_[slot], d.images.size()));
     CUDA_CHECK(cudaMalloc(&dev_labels_[slot], d.labels.size()));
     CUDA_CHECK(
@@ -409,11 +505,9 @@ class CudaOps final : public Ops {
         cudaMemcpy(dev_labels_[slot], d.labels.data(), d.labels.size(), cudaMemcpyHostToDevice));
   }
   void set_order(int slot, std::span<const std::int64_t> order) override {
-    if (order.size() > order_capacity_[slot]) {
-      if (dev_order_[slot]) CUDA_CHECK(cudaFree(dev_order_[slot]));
-      CUDA_CHECK(cudaMalloc(&dev_order_[slot], order.size_bytes()));
-      order_capacity_[slot] = order.size();
-    }
+    MNIST_DDP_CHECK(dev_order_[slot] != nullptr, "set_order before load_dataset");
+    MNIST_DDP_CHECK(order.size() <= order_capacity_[slot],
+                    "a visiting order longer than the split");
     order_size_[slot] = order.size();
     if (!order.empty()) {
       CUDA_CHECK(
@@ -422,23 +516,34 @@ class CudaOps final : public Ops {
   }
   void gather(int slot, std::int64_t offset, int n, float mean, float std, float* x,
               std::int32_t* y) override {
+    launch_gather(slot, offset, n, mean, std, x, y, nullptr);
+  }
+
+ private:
+  static constexpr std::size_t kCublasWorkspace = 32u << 20;  // cuBLAS's advice for Hopper
+  static constexpr int kScalarSlots = 4;
+
+  // offset is checked on the host; with at != nullptr the kernel reads it from device memory.
+  void launch_gather(int slot, std::int64_t offset, int n, float mean, float std, float* x,
+                     std::int32_t* y, const DeviceScalars* at) {
     MNIST_DDP_CHECK(dev_images_[slot] != nullptr, "gather before load_dataset");
     MNIST_DDP_CHECK(offset >= 0 && offset + n <= static_cast<std::int64_t>(order_size_[slot]),
                     "gather outside the visiting order");
     const float a = 1.0f / (255.0f * std), c = -mean / std;
-    gather_kernel<<<blocks_for(static_cast<std::size_t>(n) * kImagePixels), kThreads>>>(
-        dev_images_[slot], dev_labels_[slot], dev_order_[slot], offset, n, a, c, x, y);
+    gather_kernel<<<blocks_for(static_cast<std::size_t>(n) * kImagePixels), kThreads, 0, stream_>>>(
+        dev_images_[slot], dev_labels_[slot], dev_order_[slot], offset, n, a, c, x, y, at);
     CUDA_CHECK(cudaGetLastError());
   }
+  // Top-k counters the training loss kernel writes and nobody reads.
+  int* xent_counts_scratch() { return reinterpret_cast<int*>(static_cast<char*>(scalars_) + 16); }
 
- private:
   void run_xent(int n, int classes, const float* logits, const std::int32_t* labels, float* dlogits,
                 double grad_scale) {
-    CUDA_CHECK(cudaMemsetAsync(scalars_, 0, 16, 0));
+    CUDA_CHECK(cudaMemsetAsync(scalars_, 0, 16, stream_));
     auto* loss = reinterpret_cast<double*>(scalars_);
     auto* counts = reinterpret_cast<int*>(reinterpret_cast<char*>(scalars_) + 8);
-    softmax_xent_kernel<<<blocks_for(n), kThreads>>>(n, classes, logits, labels, dlogits,
-                                                     grad_scale, loss, counts, counts + 1);
+    softmax_xent_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(
+        n, classes, logits, labels, dlogits, grad_scale, loss, counts, counts + 1);
     CUDA_CHECK(cudaGetLastError());
   }
 
@@ -464,20 +569,22 @@ class CudaOps final : public Ops {
                                                 CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
     // TF32 tensor cores (cuDNN's default math on Ampere+) unless --tf32 off.
     CUDNN_CHECK(cudnnSetConvolutionMathType(p->conv, tf32_ ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH));
-    // Algorithm choice once per shape, from cuDNN's heuristics (best first).
+    // Algorithm choice once per shape, from cuDNN's heuristics (best first): the best
+    // deterministic one, so a run is bitwise reproducible (and graph replay provably equals
+    // eager launches); the heuristics' first choice when none is deterministic.
     int found = 0;
     cudnnConvolutionFwdAlgoPerf_t fp[8];
     CUDNN_CHECK(
         cudnnGetConvolutionForwardAlgorithm_v7(cudnn_, p->x, p->w, p->conv, p->y, 8, &found, fp));
-    p->fwd = fp[0].algo;
+    p->fwd = pick_deterministic(fp, found).algo;
     cudnnConvolutionBwdDataAlgoPerf_t dp[8];
     CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(cudnn_, p->w, p->y, p->conv, p->x, 8,
                                                             &found, dp));
-    p->bwd_data = dp[0].algo;
+    p->bwd_data = pick_deterministic(dp, found).algo;
     cudnnConvolutionBwdFilterAlgoPerf_t wp[8];
     CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(cudnn_, p->x, p->y, p->conv, p->w, 8,
                                                               &found, wp));
-    p->bwd_filter = wp[0].algo;
+    p->bwd_filter = pick_deterministic(wp, found).algo;
     std::size_t a = 0, b = 0, c = 0;
     CUDNN_CHECK(
         cudnnGetConvolutionForwardWorkspaceSize(cudnn_, p->x, p->w, p->conv, p->y, p->fwd, &a));
@@ -487,8 +594,9 @@ class CudaOps final : public Ops {
                                                                p->bwd_filter, &c));
     p->workspace = std::max(a, std::max(b, c));
     if (p->workspace > workspace_bytes_) {
-      // One explicit workspace, grown to the largest need of any plan.
-      if (workspace_) CUDA_CHECK(cudaFree(workspace_));
+      // One explicit workspace, grown to the largest need of any plan. The old one stays allocated
+      // (freed at teardown): a captured step graph may still point at it.
+      if (workspace_) retired_.push_back(workspace_);
       CUDA_CHECK(cudaMalloc(&workspace_, p->workspace));
       workspace_bytes_ = p->workspace;
     }
@@ -496,12 +604,21 @@ class CudaOps final : public Ops {
   }
 
   bool tf32_;
+  cudaStream_t stream_ = nullptr;
   cudnnHandle_t cudnn_ = nullptr;
+  void* cublas_workspace_ = nullptr;
+  double* loss_sum_ = nullptr;             // the training loss summed since take_loss_sum
+  DeviceScalars* dev_scalars_ = nullptr;   // this step's values, read by captured kernels
+  DeviceScalars* host_scalars_ = nullptr;  // [kScalarSlots] pinned staging ring
+  cudaEvent_t scalar_copied_[kScalarSlots] = {};
+  int next_slot_ = 0;
+  std::int64_t step_offset_ = 0;  // host copy of the offset, for the bounds check
   cublasHandle_t cublas_ = nullptr;
   void* workspace_ = nullptr;
   std::size_t workspace_bytes_ = 0;
-  void* scalars_ = nullptr;    // [0]: double loss sum; [8]: int top-1, [12]: int top-5
-  double* bn_sums_ = nullptr;  // [2*C]: sum(g), sum(g*(x-mean)) of the BN backward
+  std::vector<void*> retired_;  // outgrown workspaces
+  void* scalars_ = nullptr;     // [0]: double loss sum; [8]: int top-1, [12]: int top-5; [16..24)
+  double* bn_sums_ = nullptr;   // [2*C]: sum(g), sum(g*(x-mean)) of the BN backward
   std::map<std::tuple<int, int, int, int, int, int, int>, std::unique_ptr<ConvPlan>> plans_;
   std::uint8_t* dev_images_[2] = {nullptr, nullptr};
   std::uint8_t* dev_labels_[2] = {nullptr, nullptr};

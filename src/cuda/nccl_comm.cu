@@ -1,6 +1,8 @@
 // nccl_comm.cu — NcclComm: Comm over NCCL on device memory, on its own CUDA stream, bootstrapped
 // from MPI (rank 0: ncclGetUniqueId -> MPI_Bcast -> every rank: ncclCommInitRank; no ports).
-// Every call completes before returning (stream synchronised), like MpiComm.
+// Unbound, every call completes before returning (stream synchronised), like MpiComm; bound to
+// the ops' stream (bind_stream), the collectives are joined to it by events instead, so the
+// training step with its NCCL calls can be captured in a CUDA graph.
 #include <mpi.h>
 
 #include <cstdlib>
@@ -63,13 +65,25 @@ class NcclComm final : public Comm {
   ~NcclComm() override {
     // Teardown order: the communicator before the stream (and both before MPI_Finalize in main).
     if (comm_ != nullptr) ncclCommDestroy(comm_);
+    if (forked_ != nullptr) cudaEventDestroy(forked_);
+    if (joined_ != nullptr) cudaEventDestroy(joined_);
     if (stream_ != nullptr) cudaStreamDestroy(stream_);
   }
+  void bind_stream(void* stream) override {
+    compute_ = static_cast<cudaStream_t>(stream);
+    if (compute_ != nullptr && forked_ == nullptr) {
+      CUDA_CHECK(cudaEventCreateWithFlags(&forked_, cudaEventDisableTiming));
+      CUDA_CHECK(cudaEventCreateWithFlags(&joined_, cudaEventDisableTiming));
+    }
+  }
+  bool capturable() const override { return compute_ != nullptr; }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
 
   void barrier() override {
-    complete();
+    // Sync: this rank's device work (collectives and, when bound, compute) has finished.
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    if (compute_ != nullptr) CUDA_CHECK(cudaStreamSynchronize(compute_));
     // Collective: the host-side barrier after this rank's device work has finished.
     MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
   }
@@ -85,6 +99,7 @@ class NcclComm final : public Comm {
     if (d.empty()) return;
     // Sum, then divide (not multiply by 1/size), on the device, in the communicator's stream.
     const unsigned blocks = static_cast<unsigned>((d.size() + 255) / 256);
+    begin();
     divide_kernel<<<blocks, 256, 0, stream_>>>(d.data(), d.size(), static_cast<float>(size_));
     CUDA_CHECK(cudaGetLastError());
     complete();
@@ -93,28 +108,49 @@ class NcclComm final : public Comm {
  protected:
   void allreduce_raw(void* data, std::size_t count, DType type, ReduceOp op) override {
     if (count == 0) return;
+    begin();
     NCCL_CHECK(ncclAllReduce(data, data, count, to_nccl(type), to_nccl(op), comm_, stream_));
     complete();
   }
   void broadcast_raw(void* data, std::size_t count, DType type, int root) override {
     if (count == 0) return;
+    begin();
     NCCL_CHECK(ncclBroadcast(data, data, count, to_nccl(type), root, comm_, stream_));
     complete();
   }
   void allgather_raw(const void* send, void* recv, std::size_t count, DType type) override {
+    begin();
     NCCL_CHECK(ncclAllGather(send, recv, count, to_nccl(type), comm_, stream_));
     complete();
   }
 
  private:
-  // Sync: every call completes before it returns, like MpiComm, so callers on the host (and ops
-  // on the compute stream) may use the result at once. A CUDA-graph step would drop this.
-  void complete() { CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+  // Bound: the collective waits for the compute that produced its input (an event, no host
+  // sync; recorded into a graph while the compute stream is being captured).
+  void begin() {
+    if (compute_ == nullptr) return;
+    CUDA_CHECK(cudaEventRecord(forked_, compute_));
+    CUDA_CHECK(cudaStreamWaitEvent(stream_, forked_, 0));
+  }
+  // Bound: the compute stream waits for the collective (an event: what follows on the stream,
+  // and any legacy-stream copy to the host, sees the result). Unbound: sync, like MpiComm, so a
+  // host caller may use the result at once.
+  void complete() {
+    if (compute_ != nullptr) {
+      CUDA_CHECK(cudaEventRecord(joined_, stream_));
+      CUDA_CHECK(cudaStreamWaitEvent(compute_, joined_, 0));
+      return;
+    }
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
 
   int rank_ = 0;
   int size_ = 1;
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;
+  cudaStream_t compute_ = nullptr;  // the ops' stream once bound
+  cudaEvent_t forked_ = nullptr;    // compute -> NCCL
+  cudaEvent_t joined_ = nullptr;    // NCCL -> compute
 };
 
 }  // namespace

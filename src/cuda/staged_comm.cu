@@ -23,6 +23,9 @@ class HostStagedComm final : public Comm {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   void barrier() override { MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD)); }
+  // Alone, every collective here is a no-op; with peers it needs the host (MPI), which a graph
+  // cannot hold.
+  bool capturable() const override { return size_ == 1; }
   [[noreturn]] void abort(int code) override {
     MPI_Abort(MPI_COMM_WORLD, code);
     std::abort();

@@ -38,6 +38,23 @@ else
   fail "resume_after_max_steps_is_bitwise_identical rc=$RC" "$(show)"
 fi
 
+# PowerSGD keeps per-rank state (error feedback, warm-started Q): resume must restore each rank's
+# from /rank/<r>/ or the next steps differ.
+for hook in powersgd batched_powersgd_fp16; do
+  P=(--compression "$hook" --powersgd-start-iter 20)
+  train "${hook}_full" "$TMP/$hook-A" --max-steps 120 "${P[@]}"
+  train "${hook}_stop" "$TMP/$hook-B" --max-steps 60 "${P[@]}"
+  train "${hook}_resume" "$TMP/$hook-B" --max-steps 120 --resume auto "${P[@]}"
+  a="$TMP/$hook-A/ckpt-00000120.h5" b="$TMP/$hook-B/ckpt-00000120.h5"
+  if [[ $RC -eq 0 ]] && same_state "$a" "$b" && h5diff -q "$a" "$b" /rank /rank >/dev/null &&
+     h5ls "$TMP/$hook-B/ckpt-00000060.h5/rank/1" | grep -q "powersgd_error_0" &&
+     ! h5diff -q "$TMP/$hook-B/ckpt-00000060.h5" "$TMP/$hook-B/ckpt-00000060.h5" /rank/0 /rank/1 >/dev/null; then
+    pass "resume_with_${hook}_state_is_bitwise_identical (2 ranks, per-rank error feedback in /rank/<r>)"
+  else
+    fail "resume_with_${hook}_state rc=$RC" "$(show)"
+  fi
+done
+
 # SIGTERM to one rank: checkpoint, exit 143 on every rank, nothing left running; then resume.
 (cd "$TMP" && timeout 300 mpirun -np 2 "$BIN" "${COMMON[@]}" --max-steps 450 --checkpoint-dir "$TMP/C" --log-dir "$TMP/C/log" >"$TMP/sig.out" 2>&1; echo $? >"$TMP/sig.rc") &
 for _ in $(seq 100); do [[ -f "$TMP/C/log/metrics.jsonl" ]] && grep -q '"step":100' "$TMP/C/log/metrics.jsonl" 2>/dev/null && break; sleep 0.1; done

@@ -234,7 +234,9 @@ TEST(Ddp, OverlappedBucketsLaunchInReverseOrderAndEqualOneAllreduce) {
   } else {
     EXPECT_LT(r.max_diff, 1e-6);
   }
-  if (comm().size() > 1) EXPECT_GT(r.stats.wire_bytes, 0u);
+  if (comm().size() > 1) {
+    EXPECT_GT(r.stats.wire_bytes, 0u);
+  }
 }
 
 TEST(Ddp, Fp16AndBf16HooksApproximateTheAverage) {

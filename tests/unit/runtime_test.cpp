@@ -109,5 +109,24 @@ TEST(GpuChoice, FollowsTheDesignRule) {
   }
 }
 
+TEST(Device, NcclRefusesTwoRanksOnOneGpu) {
+  // Each rank sees "GPU 0", but ranks 1 and 3 are the same device on the same host.
+  const std::vector<std::string> ok = {"H100 (pci 0000:1a:00.0) on n1",
+                                       "H100 (pci 0000:1a:00.0) on n2",
+                                       "H100 (pci 0000:2b:00.0) on n1"};
+  EXPECT_NO_THROW(check_gpus_exclusive(ok));
+  std::vector<std::string> bad = ok;
+  bad.push_back("H100 (pci 0000:1a:00.0) on n2");
+  try {
+    check_gpus_exclusive(bad);
+    ADD_FAILURE() << "two ranks on one GPU were accepted";
+  } catch (const UserError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("ranks 1 and 3"), std::string::npos) << m;
+    EXPECT_NE(m.find("0000:1a:00.0) on n2"), std::string::npos) << m;
+    EXPECT_NE(m.find("--comm mpi"), std::string::npos) << m;
+  }
+}
+
 }  // namespace
 }  // namespace mnist_ddp
