@@ -88,13 +88,14 @@ UNIT_OBJS := $(UNIT_SRCS:%.cpp=$(BUILD)/%.o)
 MPI_TEST_SRCS := $(wildcard tests/mpi/*.cpp)
 MPI_TEST_CU := $(if $(filter 1,$(USE_CUDA)),$(wildcard tests/mpi/*.cu))
 MPI_TEST_OBJS := $(MPI_TEST_SRCS:%.cpp=$(BUILD)/%.o) $(MPI_TEST_CU:%.cu=$(BUILD)/%.o)
-BENCH_SRCS := $(wildcard bench/*.cpp)
+BENCH_SRCS := bench/ops_bench.cpp
 BENCH_OBJS := $(BENCH_SRCS:%.cpp=$(BUILD)/%.o)
 
 MPI_CFLAGS := $(shell $(MPICXX) --showme:compile 2>/dev/null)
 UNIT_BIN := $(BUILD)/tests/unit_tests
 MPI_TEST_BIN := $(BUILD)/tests/mpi_tests
 BENCH_BIN := $(BUILD)/bench/ops_bench
+COMM_BENCH_BIN := $(BUILD)/bench/comm_bench
 
 .PHONY: all summary test test-only bench bench-only run deps data clean format help bundle
 all: summary $(BIN)
@@ -129,6 +130,9 @@ $(MPI_TEST_BIN): $(MPI_TEST_OBJS) $(LIB_OBJS)
 $(BENCH_BIN): $(BENCH_OBJS) $(LIB_OBJS)
 	$(CXX) $(CXXFLAGS) -o $@ $^ -lbenchmark $(LDLIBS)
 
+$(COMM_BENCH_BIN): $(BUILD)/bench/comm_bench.o $(LIB_OBJS)
+	$(CXX) $(CXXFLAGS) -o $@ $^ -lbenchmark $(LDLIBS)
+
 # ---- user-facing targets ----------------------------------------------------------------------
 # deps/run/test install what they need first, then re-enter make so library detection sees it.
 deps:
@@ -156,12 +160,12 @@ bench:
 	@data/prepare.sh
 	@$(MAKE) --no-print-directory bench-only
 
-bench-only: all $(BENCH_BIN)
+bench-only: all $(BENCH_BIN) $(COMM_BENCH_BIN)
 	@bench/run_bench.sh
 
 # Binaries + non-CUDA libraries + Open MPI runtime + data for a GPU machine without MPI/HDF5
 # (carry dist/, run tools/gpu-suite.sh there).
-bundle: all $(UNIT_BIN) $(MPI_TEST_BIN) $(BENCH_BIN)
+bundle: all $(UNIT_BIN) $(MPI_TEST_BIN) $(BENCH_BIN) $(COMM_BENCH_BIN)
 	@data/prepare.sh
 	@tools/make-bundle.sh
 
@@ -182,4 +186,4 @@ help:
 	@echo "make bundle   dist/ for a GPU machine without MPI/HDF5 (then tools/gpu-suite.sh there)"
 	@echo "make clean    remove build/ and ./mnist_ddp"
 
--include $(CU_OBJS:.o=.d) $(LIB_OBJS:.o=.d) $(MAIN_OBJ:.o=.d) $(UNIT_OBJS:.o=.d) $(MPI_TEST_OBJS:.o=.d) $(BENCH_OBJS:.o=.d)
+-include $(CU_OBJS:.o=.d) $(LIB_OBJS:.o=.d) $(MAIN_OBJ:.o=.d) $(UNIT_OBJS:.o=.d) $(MPI_TEST_OBJS:.o=.d) $(BENCH_OBJS:.o=.d) $(BUILD)/bench/comm_bench.d

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdlib>
+#include <limits>
 #include <map>
 
 #include "mnist_ddp/check.hpp"
@@ -42,6 +43,7 @@ struct EnumText {
   std::string tf32 = "on";
   std::string cuda_graphs = "on";
   std::string compression = "none";
+  std::string overlap_engine = "test";
   std::string progress = "auto";
 };
 
@@ -131,8 +133,23 @@ void build(CLI::App& app, Config& c, EnumText& t) {
   app.add_option("--powersgd-min-compression-rate", c.powersgd_min_compression_rate,
                  "PowerSGD: compress a matrix only if this many times fewer elements travel")
       ->check(CLI::Range(0.0, 1e6));
+  app.add_flag("--sync-bn", c.sync_bn,
+               "SyncBatchNorm: batch statistics (and their gradients) over the union of all "
+               "ranks' batches instead of each rank's own (CPU backend)");
+  app.add_option("--local-sgd-start", c.local_sgd_start,
+                 "post-local SGD: global gradient all-reduce for this many steps, then only "
+                 "within each node, with a global parameter average every --local-sgd-period "
+                 "steps (-1: off)")
+      ->check(CLI::Range(std::int64_t{-1}, std::numeric_limits<std::int64_t>::max()));
+  app.add_option("--local-sgd-period", c.local_sgd_period,
+                 "post-local SGD: steps between global parameter averages")
+      ->check(CLI::Range(std::int64_t{1}, std::numeric_limits<std::int64_t>::max()));
   app.add_flag("--no-overlap", c.no_overlap,
                "one all-reduce after backward instead of per-bucket all-reduces during it");
+  app.add_option("--overlap-engine", t.overlap_engine,
+                 "CPU: how bucket all-reduces progress during backward: test (MPI_Iallreduce + "
+                 "MPI_Test from backward) | thread (a communication thread, blocking all-reduce)")
+      ->check(CLI::IsMember({"test", "thread"}));
   app.add_flag("--print-env", c.print_env,
                "print how rank, local rank and node were derived, then exit");
   app.add_option("--progress", t.progress, "live progress line: auto (on a TTY) | on | off")
@@ -184,6 +201,8 @@ ParseOutcome parse_cli(int argc, char** argv, Config& cfg, bool print) {
       {"powersgd_fp16", Compression::PowerSgdFp16},
       {"batched_powersgd_fp16", Compression::BatchedPowerSgdFp16}};
   cfg.compression = hooks.at(text.compression);
+  cfg.overlap_engine =
+      text.overlap_engine == "thread" ? OverlapEngine::Thread : OverlapEngine::Test;
   cfg.comm = text.comm == "nccl"  ? CommChoice::Nccl
              : text.comm == "mpi" ? CommChoice::Mpi
                                   : CommChoice::Auto;
@@ -245,6 +264,10 @@ std::string config_json(const Config& c) {
       {"powersgd_rank", c.powersgd_rank},
       {"powersgd_start_iter", c.powersgd_start_iter},
       {"powersgd_min_compression_rate", c.powersgd_min_compression_rate},
+      {"sync_bn", c.sync_bn},
+      {"overlap_engine", c.overlap_engine == OverlapEngine::Thread ? "thread" : "test"},
+      {"local_sgd_start", c.local_sgd_start},
+      {"local_sgd_period", c.local_sgd_period},
       {"checkpoint_dir", c.checkpoint_dir},
       {"checkpoint_every", c.checkpoint_every},
       {"keep", c.keep},

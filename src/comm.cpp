@@ -64,5 +64,9 @@ void Comm::allgather(std::span<const float> send, std::span<float> recv) {
   count_bytes(send.size_bytes());
   allgather_raw(send.data(), recv.data(), send.size(), DType::F32);
 }
+void Comm::allgather(std::span<const double> send, std::span<double> recv) {
+  count_bytes(send.size_bytes());
+  allgather_raw(send.data(), recv.data(), send.size(), DType::F64);
+}
 
 }  // namespace mnist_ddp

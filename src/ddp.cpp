@@ -40,6 +40,51 @@ void average_gradients(Comm& comm, ConvNet& model) {
   comm.allreduce_avg(model.grads());
 }
 
+BnSync make_sync_bn(Comm& comm) {
+  BnSync s;
+  s.stats = [&comm](int c, double* mean, double* var, double* count) {
+    const auto cs = static_cast<std::size_t>(c);
+    const auto ranks = static_cast<std::size_t>(comm.size());
+    std::vector<double> mine(3 * cs), all(3 * cs * ranks);
+    for (std::size_t ch = 0; ch < cs; ++ch) {
+      mine[ch] = mean[ch];
+      mine[cs + ch] = var[ch];
+      mine[2 * cs + ch] = *count;
+    }
+    // Collective: every rank's per-channel statistics and count, combined exactly below (in
+    // the same order on every rank, so every rank gets bitwise the same result).
+    comm.allgather(std::span<const double>(mine), all);
+    for (std::size_t ch = 0; ch < cs; ++ch) {
+      double n = 0, sum = 0;
+      for (std::size_t r = 0; r < ranks; ++r) {
+        const double* b = all.data() + 3 * cs * r;
+        n += b[2 * cs + ch];
+        sum += b[2 * cs + ch] * b[ch];
+      }
+      const double mu = sum / n;
+      double m2 = 0;
+      for (std::size_t r = 0; r < ranks; ++r) {
+        const double* b = all.data() + 3 * cs * r;
+        const double d = b[ch] - mu;
+        m2 += b[2 * cs + ch] * (b[cs + ch] + d * d);
+      }
+      mean[ch] = mu;
+      var[ch] = m2 / n;
+      if (ch == 0) *count = n;
+    }
+  };
+  s.grad_sums = [&comm](int c, double* sums, double* count) {
+    const auto cs = static_cast<std::size_t>(c);
+    std::vector<double> buf(sums, sums + 2 * cs);
+    buf.push_back(*count);
+    // Collective: the BN backward's two reductions and the count, summed over ranks.
+    comm.allreduce(std::span<double>(buf), ReduceOp::Sum);
+    std::copy(buf.begin(), buf.begin() + static_cast<std::ptrdiff_t>(2 * cs), sums);
+    *count = buf[2 * cs];
+  };
+  return s;
+}
+
 std::uint64_t replica_hash(ConvNet& model) {
   std::uint64_t h = 0xcbf29ce484222325ULL;
   // Parameters only: BN running statistics are rank-local between DDP's broadcasts (each rank's

@@ -65,6 +65,31 @@ int run(int argc, char** argv, int rank, int world, const MpiLocality& locality,
           "--compression: the communication hooks run on the CPU backend only in this version; "
           "use --device cpu, or --compression none on the GPU");
     }
+    if (cfg.overlap_engine == OverlapEngine::Thread && !mpi_thread_multiple()) {
+      throw UserError(
+          "--overlap-engine thread: this MPI library does not provide MPI_THREAD_MULTIPLE; use "
+          "--overlap-engine test");
+    }
+    if (cfg.overlap_engine == OverlapEngine::Thread && cfg.local_sgd_start >= 0) {
+      throw UserError(
+          "--overlap-engine thread with --local-sgd-start: the communication thread reduces "
+          "over the whole job only; use --overlap-engine test for post-local SGD");
+    }
+    if (cfg.sync_bn && device == Device::Cuda) {
+      throw UserError(
+          "--sync-bn: SyncBatchNorm runs on the CPU backend in this version; use --device cpu");
+    }
+    if (cfg.local_sgd_start >= 0 && device == Device::Cuda) {
+      throw UserError(
+          "--local-sgd-start: post-local SGD runs on the CPU backend in this version; use "
+          "--device cpu, or leave it off on the GPU");
+    }
+    if (cfg.local_sgd_start >= 0 && cfg.compression != Compression::None) {
+      throw UserError(fmt::format(
+          "--local-sgd-start with --compression {}: post-local SGD uses the plain all-reduce "
+          "(as PyTorch's post_localSGD_hook); drop one of the two",
+          to_string(cfg.compression)));
+    }
     if (device == Device::Cpu && cfg.comm == CommChoice::Nccl) {
       throw UserError("--comm nccl works on GPU memory: use it with --device cuda (or --comm mpi)");
     }
@@ -159,7 +184,26 @@ int run(int argc, char** argv, int rank, int world, const MpiLocality& locality,
   if (rank == 0) model.init(cfg.seed);
   broadcast_model(data_comm, model, *comm);
 
-  Trainer trainer(cfg, *comm, data_comm, *ops, model, data, *log);
+  // Post-local SGD's node-local groups (collective: every rank names its node). Test seam:
+  // MNIST_DDP_TEST_RANKS_PER_NODE=k groups ranks k at a time, as if each k shared a node.
+  std::unique_ptr<Comm> local_comm;
+  if (cfg.local_sgd_start >= 0) {
+    int color = id.node;
+    if (const char* k = std::getenv("MNIST_DDP_TEST_RANKS_PER_NODE"); k != nullptr)
+      color = rank / std::max(1, std::atoi(k));
+    local_comm = make_mpi_group_comm(color);
+    log->info(fmt::format(
+        "post-local SGD: global gradient all-reduce for {} steps, then within groups of {} "
+        "rank(s) (node-local), parameters averaged over all {} ranks every {} steps",
+        cfg.local_sgd_start, local_comm->size(), world, cfg.local_sgd_period));
+  }
+  // The communication thread's own communicator (a duplicate of the world: collectives on one
+  // communicator must not be issued from two threads at once).
+  std::unique_ptr<Comm> thread_comm;
+  if (device == Device::Cpu && cfg.overlap_engine == OverlapEngine::Thread && !cfg.no_overlap)
+    thread_comm = make_mpi_group_comm(0);
+  Trainer trainer(cfg, *comm, data_comm, *ops, model, data, *log, local_comm.get(),
+                  thread_comm.get());
   const CheckpointLayout layout = checkpoint_layout(model);
   std::optional<TrainingState> resume;
   run_agreed(*comm, [&] {

@@ -1,4 +1,5 @@
-// mpi_comm.cpp — MpiComm: Comm over MPI_COMM_WORLD on host memory.
+// mpi_comm.cpp — MpiComm: Comm over an MPI communicator (the world, or a group split from it) on
+// host memory.
 #include <mpi.h>
 
 #include <vector>
@@ -32,21 +33,23 @@ extern "C" void sum_bf16(void* in, void* inout, int* len, MPI_Datatype*) {
 
 class MpiComm final : public Comm {
  public:
-  MpiComm() {
-    MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank_));
-    MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &size_));
+  // comm: MPI_COMM_WORLD, or a communicator this object owns (freed with it).
+  explicit MpiComm(MPI_Comm comm, bool owned) : comm_(comm), owned_(owned) {
+    MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
+    MPI_CHECK(MPI_Comm_size(comm_, &size_));
   }
   ~MpiComm() override {
     // The user ops die with the communicator, before MPI_Finalize (main's teardown order).
     int finalized = 0;
     MPI_Finalized(&finalized);
     if (finalized) return;
+    if (owned_) MPI_Comm_free(&comm_);
     if (fp16_sum_ != MPI_OP_NULL) MPI_Op_free(&fp16_sum_);
     if (bf16_sum_ != MPI_OP_NULL) MPI_Op_free(&bf16_sum_);
   }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
-  void barrier() override { MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD)); }
+  void barrier() override { MPI_CHECK(MPI_Barrier(comm_)); }
 
   int start_allreduce_sum(std::span<float> d) override {
     return start(d.data(), d.size(), d.size_bytes(), MPI_FLOAT, MPI_SUM);
@@ -83,15 +86,15 @@ class MpiComm final : public Comm {
   void allreduce_raw(void* data, std::size_t count, DType type, ReduceOp op) override {
     if (size_ == 1 || count == 0) return;
     MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, data, to_count(count), to_mpi_type(type), to_mpi_op(op),
-                            MPI_COMM_WORLD));
+                            comm_));
   }
   void broadcast_raw(void* data, std::size_t count, DType type, int root) override {
     if (size_ == 1 || count == 0) return;
-    MPI_CHECK(MPI_Bcast(data, to_count(count), to_mpi_type(type), root, MPI_COMM_WORLD));
+    MPI_CHECK(MPI_Bcast(data, to_count(count), to_mpi_type(type), root, comm_));
   }
   void allgather_raw(const void* send, void* recv, std::size_t count, DType type) override {
     MPI_CHECK(MPI_Allgather(send, to_count(count), to_mpi_type(type), recv, to_count(count),
-                            to_mpi_type(type), MPI_COMM_WORLD));
+                            to_mpi_type(type), comm_));
   }
 
  private:
@@ -101,11 +104,13 @@ class MpiComm final : public Comm {
     count_bytes(bytes);
     if (size_ == 1 || count == 0) return -1;
     MPI_Request req = MPI_REQUEST_NULL;
-    MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, data, to_count(count), type, op, MPI_COMM_WORLD, &req));
+    MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, data, to_count(count), type, op, comm_, &req));
     requests_.push_back(req);
     return static_cast<int>(requests_.size() - 1);
   }
 
+  MPI_Comm comm_;
+  bool owned_;
   int rank_ = 0;
   int size_ = 1;
   std::vector<MPI_Request> requests_;
@@ -161,7 +166,16 @@ std::size_t dtype_size(DType t) {
 }
 
 std::unique_ptr<Comm> make_mpi_comm() {
-  return std::make_unique<MpiComm>();
+  return std::make_unique<MpiComm>(MPI_COMM_WORLD, false);
+}
+
+std::unique_ptr<Comm> make_mpi_group_comm(int color) {
+  int rank = 0;
+  MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
+  MPI_Comm group = MPI_COMM_NULL;
+  // Collective: every rank of the job names its group; ranks keep their world order inside it.
+  MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, color, rank, &group));
+  return std::make_unique<MpiComm>(group, true);
 }
 
 }  // namespace mnist_ddp

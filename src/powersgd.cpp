@@ -1,6 +1,7 @@
 // powersgd.cpp — PowerSGD compression (powersgd.hpp).
 #include "mnist_ddp/powersgd.hpp"
 
+#include <cblas.h>
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -13,34 +14,26 @@
 namespace mnist_ddp {
 namespace {
 
+// Row-major products through BLAS (OpenBLAS, as the CPU backend).
 // c[n][k] = a[n][m] b[m][k]
 void matmul(const float* a, const float* b, float* c, std::size_t n, std::size_t m, std::size_t k) {
-  std::fill(c, c + n * k, 0.f);
-  for (std::size_t i = 0; i < n; ++i)
-    for (std::size_t j = 0; j < m; ++j) {
-      const float x = a[i * m + j];
-      for (std::size_t l = 0; l < k; ++l) c[i * k + l] += x * b[j * k + l];
-    }
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(n), static_cast<int>(k),
+              static_cast<int>(m), 1.f, a, static_cast<int>(m), b, static_cast<int>(k), 0.f, c,
+              static_cast<int>(k));
 }
 // c[m][k] = a[n][m]^T b[n][k]
 void matmul_tn(const float* a, const float* b, float* c, std::size_t n, std::size_t m,
                std::size_t k) {
-  std::fill(c, c + m * k, 0.f);
-  for (std::size_t i = 0; i < n; ++i)
-    for (std::size_t j = 0; j < m; ++j) {
-      const float x = a[i * m + j];
-      for (std::size_t l = 0; l < k; ++l) c[j * k + l] += x * b[i * k + l];
-    }
+  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, static_cast<int>(m), static_cast<int>(k),
+              static_cast<int>(n), 1.f, a, static_cast<int>(m), b, static_cast<int>(k), 0.f, c,
+              static_cast<int>(k));
 }
 // c[n][m] = a[n][k] b[m][k]^T
 void matmul_nt(const float* a, const float* b, float* c, std::size_t n, std::size_t m,
                std::size_t k) {
-  for (std::size_t i = 0; i < n; ++i)
-    for (std::size_t j = 0; j < m; ++j) {
-      float s = 0.f;
-      for (std::size_t l = 0; l < k; ++l) s += a[i * k + l] * b[j * k + l];
-      c[i * m + j] = s;
-    }
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(n), static_cast<int>(m),
+              static_cast<int>(k), 1.f, a, static_cast<int>(k), b, static_cast<int>(k), 0.f, c,
+              static_cast<int>(m));
 }
 
 std::size_t approx_rank(const BucketTensor& t, int rank) {

@@ -31,12 +31,21 @@ std::vector<Bucket> make_buckets(const ConvNet& model, std::size_t cap_bytes) {
 }
 
 Reducer::Reducer(Comm& comm, ConvNet& model, std::size_t cap_bytes, bool overlap,
-                 Compression compression, PowerSgdConfig powersgd)
-    : comm_(comm),
+                 Compression compression, PowerSgdConfig powersgd, OverlapEngine engine,
+                 Comm* thread_comm)
+    : comm_(&comm),
       model_(model),
       overlap_(overlap),
       compression_(compression),
-      buckets_(make_buckets(model, cap_bytes)) {
+      buckets_(make_buckets(model, cap_bytes)),
+      engine_(engine),
+      thread_comm_(thread_comm) {
+  finished_at_.assign(buckets_.size(), -1.0);
+  if (engine_ == OverlapEngine::Thread && overlap_ && !is_powersgd(compression)) {
+    MNIST_DDP_CHECK(thread_comm_ != nullptr && thread_comm_->size() == comm.size(),
+                    "the communication thread needs its own communicator over the same ranks");
+    worker_ = std::thread([this] { worker(); });
+  }
   if (is_powersgd(compression)) {
     // Each bucket's tensors with PyTorch's shapes: matrices rows = shape[0], cols = the rest.
     std::vector<std::vector<BucketTensor>> tensors(buckets_.size());
@@ -66,14 +75,79 @@ Reducer::Reducer(Comm& comm, ConvNet& model, std::size_t cap_bytes, bool overlap
     ready_[b] = static_cast<int>(buckets_[b].layers.size());
 }
 
+Reducer::~Reducer() {
+  if (worker_.joinable()) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    worker_.join();
+  }
+}
+
+void Reducer::worker() {
+  for (;;) {
+    std::size_t b = 0;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [this] { return stop_ || !queue_.empty(); });
+      if (stop_) return;
+      b = queue_.front();
+      queue_.pop_front();
+    }
+    reduce_on_thread_comm(b);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      finished_at_[b] = now();
+    }
+    cv_.notify_all();
+  }
+}
+
+void Reducer::reduce_on_thread_comm(std::size_t b) {
+  auto grads = model_.grads().subspan(buckets_[b].offset, buckets_[b].count);
+  if (compression_ == Compression::None) {
+    // Collective (communication thread, its own communicator): this bucket's sum.
+    thread_comm_->allreduce(grads, ReduceOp::Sum);
+  } else {
+    // Collective (communication thread): the 16-bit sum of the encoding launch() prepared.
+    thread_comm_->wait(
+        thread_comm_->start_allreduce_sum16(encoded_[b], compression_ == Compression::Bf16));
+  }
+}
+
 void Reducer::launch(std::size_t b) {
   auto grads = model_.grads().subspan(buckets_[b].offset, buckets_[b].count);
   started_[b] = now();
-  const double r = comm_.size();
+  const double r = comm_->size();
+  if (worker_.joinable()) {
+    if (compression_ != Compression::None) {
+      encode16(grads, encoded_[b], compression_);
+      const bool bf16 = compression_ == Compression::Bf16;
+      for (auto& h : encoded_[b]) {
+        h = bf16 ? to_bf16(from_bf16(h) / static_cast<float>(r))
+                 : to_fp16(from_fp16(h) / static_cast<float>(r));
+      }
+    }
+    const std::size_t bytes = compression_ == Compression::None
+                                  ? grads.size_bytes()
+                                  : encoded_[b].size() * sizeof(std::uint16_t);
+    stats_.payload_bytes += bytes;
+    stats_.wire_bytes += static_cast<std::uint64_t>(2.0 * (r - 1) / r * bytes);
+    request_[b] = -1;  // owned by the thread
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      queue_.push_back(b);
+    }
+    cv_.notify_all();
+    launch_order_.push_back(static_cast<int>(b));
+    return;
+  }
   if (compression_ == Compression::None) {
     // Collective (non-blocking where the comm supports it): this bucket's gradients, summed over
     // ranks, while backward computes the earlier layers.
-    request_[b] = comm_.start_allreduce_sum(grads);
+    request_[b] = comm_->start_allreduce_sum(grads);
     stats_.payload_bytes += grads.size_bytes();
     stats_.wire_bytes += static_cast<std::uint64_t>(2.0 * (r - 1) / r * grads.size_bytes());
   } else {
@@ -86,7 +160,7 @@ void Reducer::launch(std::size_t b) {
                : to_fp16(from_fp16(h) / static_cast<float>(r));
     }
     // Collective (non-blocking): the 16-bit encoding, summed by a user-defined MPI reduction.
-    request_[b] = comm_.start_allreduce_sum16(enc, bf16);
+    request_[b] = comm_->start_allreduce_sum16(enc, bf16);
     stats_.payload_bytes += enc.size() * sizeof(std::uint16_t);
     stats_.wire_bytes +=
         static_cast<std::uint64_t>(2.0 * (r - 1) / r * enc.size() * sizeof(std::uint16_t));
@@ -101,9 +175,10 @@ void Reducer::layer_ready(int layer) {
     const auto& ls = buckets_[b].layers;
     if (std::find(ls.begin(), ls.end(), layer) != ls.end() && --ready_[b] == 0) launch(b);
   }
+  if (worker_.joinable()) return;  // the thread progresses its own all-reduces
   // Progress what is in flight (MPI moves non-blocking collectives only inside MPI calls).
   for (std::size_t b = 0; b < buckets_.size(); ++b) {
-    if (request_[b] != -2 && !done_[b] && comm_.test(request_[b])) {
+    if (request_[b] != -2 && !done_[b] && comm_->test(request_[b])) {
       done_[b] = true;
       stats_.comm_seconds += now() - started_[b];
     }
@@ -114,7 +189,7 @@ void Reducer::finish() {
   const double t0 = now();
   ++stats_.steps;
   if (powersgd_) {
-    const double r = comm_.size();
+    const double r = comm_->size();
     for (std::size_t b = 0; b < buckets_.size(); ++b) {
       // Collectives (inside): this bucket's PowerSGD all-reduces, in bucket order on every rank.
       powersgd_->reduce(b, model_.grads().subspan(buckets_[b].offset, buckets_[b].count));
@@ -137,29 +212,43 @@ void Reducer::finish() {
     launch_order_.clear();
     // Collective: one all-reduce of the whole arena after backward (the comparison mode).
     const auto g = model_.grads();
-    const double r = comm_.size();
+    const double r = comm_->size();
     stats_.wire_bytes += static_cast<std::uint64_t>(2.0 * (r - 1) / r * g.size_bytes());
     stats_.payload_bytes += g.size_bytes();
-    comm_.allreduce_avg(g);
+    comm_->allreduce_avg(g);
     const double t = now() - t0;
     stats_.comm_seconds += t;
     stats_.exposed_seconds += t;
     return;
   }
+  if (worker_.joinable()) {
+    // Wait for the communication thread to finish every bucket of this step.
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [this] {
+      return std::all_of(finished_at_.begin(), finished_at_.end(), [](double t) { return t >= 0; });
+    });
+    for (std::size_t b = 0; b < buckets_.size(); ++b) {
+      stats_.comm_seconds += finished_at_[b] - started_[b];
+      finished_at_[b] = -1.0;
+      done_[b] = true;
+    }
+  }
   for (std::size_t b = 0; b < buckets_.size(); ++b) {
     MNIST_DDP_CHECK(request_[b] != -2, "a bucket's gradients were never reported ready");
-    if (!done_[b]) {
-      comm_.wait(request_[b]);
+    if (worker_.joinable()) {
+      // reduced by the thread
+    } else if (!done_[b]) {
+      comm_->wait(request_[b]);
       stats_.comm_seconds += now() - started_[b];
     } else {
-      comm_.wait(request_[b]);  // releases the request
+      comm_->wait(request_[b]);  // releases the request
     }
     auto grads = model_.grads().subspan(buckets_[b].offset, buckets_[b].count);
     if (compression_ != Compression::None) {
       decode16(encoded_[b], grads, compression_);  // already divided before the sum
     } else {
       // Sum, then divide (bit-identical to allreduce_avg on the whole arena).
-      const float n = static_cast<float>(comm_.size());
+      const float n = static_cast<float>(comm_->size());
       for (float& x : grads) x /= n;
     }
   }
@@ -169,6 +258,13 @@ void Reducer::finish() {
     request_[b] = -2;
     done_[b] = false;
   }
+}
+
+void Reducer::use_comm(Comm& comm) {
+  MNIST_DDP_CHECK(!powersgd_ || &comm == comm_, "PowerSGD keeps its group");
+  MNIST_DDP_CHECK(!worker_.joinable() || &comm == comm_,
+                  "the communication thread keeps its group");
+  comm_ = &comm;
 }
 
 ReducerStats Reducer::take_stats() {

@@ -140,11 +140,19 @@ Identity derive_identity(int mpi_rank, int mpi_world, const MpiLocality& mpi, co
   return id;
 }
 
+namespace {
+int g_thread_level = MPI_THREAD_SINGLE;  // written once by mpi_init
+}  // namespace
+
 void mpi_init(int* argc, char*** argv) {
-  int provided = 0;
-  // FUNNELED: only the main thread makes MPI calls.
-  MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided));
+  // MULTIPLE: --overlap-engine thread all-reduces buckets from a communication thread (on its
+  // own communicator) while the main thread goes on; everything else calls MPI from main only.
+  MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &g_thread_level));
   MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
+}
+
+bool mpi_thread_multiple() {
+  return g_thread_level >= MPI_THREAD_MULTIPLE;
 }
 
 void mpi_query(int* rank, int* world, MpiLocality* locality) {

@@ -46,10 +46,11 @@ std::string fmt_eta(double s) {
 }  // namespace
 
 Trainer::Trainer(const Config& cfg, Comm& comm, Comm& data_comm, Ops& ops, ConvNet& model,
-                 const DataSplit& data, Logger& log)
+                 const DataSplit& data, Logger& log, Comm* local_comm, Comm* thread_comm)
     : cfg_(cfg),
       comm_(comm),
       data_comm_(data_comm),
+      local_comm_(local_comm),
       ops_(ops),
       model_(model),
       data_(data),
@@ -73,8 +74,15 @@ Trainer::Trainer(const Config& cfg, Comm& comm, Comm& data_comm, Ops& ops, ConvN
         data_comm, model, static_cast<std::size_t>(cfg.bucket_cap_kb) * 1024, !cfg.no_overlap,
         cfg.compression,
         PowerSgdConfig{cfg.powersgd_rank, cfg.powersgd_start_iter,
-                       cfg.powersgd_min_compression_rate, false, false, cfg.seed});
+                       cfg.powersgd_min_compression_rate, false, false, cfg.seed},
+        cfg.overlap_engine, thread_comm);
   }
+  if (cfg.sync_bn) {
+    bn_sync_ = make_sync_bn(data_comm);
+    ops.set_bn_sync(&bn_sync_);
+  }
+  MNIST_DDP_CHECK(cfg.local_sgd_start < 0 || (local_comm != nullptr && reducer_),
+                  "post-local SGD needs the node-local group and the CPU reducer");
   if (ops.device() == Device::Cuda && cfg.cuda_graphs) {
     if (data_comm.capturable()) {
       graphs_ = std::make_unique<StepGraphs>(ops.stream());
@@ -92,6 +100,7 @@ Trainer::Trainer(const Config& cfg, Comm& comm, Comm& data_comm, Ops& ops, ConvN
 }
 
 Trainer::~Trainer() {
+  if (cfg_.sync_bn) ops_.set_bn_sync(nullptr);
   ops_.free_bytes(reinterpret_cast<std::uint8_t*>(y_));
 }
 
@@ -129,7 +138,11 @@ void Trainer::step_body(const float* x, const std::int32_t* y, int n, Mode mode)
   const float* logits = model_.forward(x, n, mode);
   // Mean loss over the local batch; averaging the gradients over ranks gives the global mean.
   ops_.accumulate_loss(n, kClasses, logits, y, dlogits_.data(), 1.0 / n);
+  const bool local = cfg_.local_sgd_start >= 0 && step_ >= cfg_.local_sgd_start;
   if (reducer_) {
+    // Post-local SGD: gradients averaged over the whole job for the first --local-sgd-start
+    // steps, then only within this node's group (PyTorch's post_localSGD_hook).
+    reducer_->use_comm(local ? *local_comm_ : data_comm_);
     // Each bucket's all-reduce starts as soon as backward has produced its gradients.
     model_.backward(dlogits_.data(), [this](int layer) { reducer_->layer_ready(layer); });
     reducer_->finish();
@@ -138,6 +151,11 @@ void Trainer::step_body(const float* x, const std::int32_t* y, int n, Mode mode)
     average_gradients(data_comm_, model_);
   }
   sgd_.step_at_step(model_.params(), model_.grads());
+  if (local && (step_ - cfg_.local_sgd_start) % cfg_.local_sgd_period == 0) {
+    // Collective: PeriodicModelAverager — the global parameter average that bounds how far the
+    // node groups drift apart (momentum buffers stay local, as in PyTorch).
+    data_comm_.allreduce_avg(model_.params());
+  }
 }
 
 EvalResult Trainer::evaluate() {

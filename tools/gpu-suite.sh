@@ -27,6 +27,7 @@ mkdir -p build/tests build/bench
 ln -sf "$B/bin/unit_tests" build/tests/unit_tests
 ln -sf "$B/bin/mpi_tests" build/tests/mpi_tests
 ln -sf "$B/bin/ops_bench" build/bench/ops_bench
+ln -sf "$B/bin/comm_bench" build/bench/comm_bench
 OUT="${OUT:-/tmp/gpu-suite}"
 mkdir -p "$OUT"
 stage() { echo; echo "=== $1"; shift; "$@" 2>&1 | tee -a "$OUT/gpu-suite.log"; echo "--- exit ${PIPESTATUS[0]}"; }
@@ -36,4 +37,5 @@ stage "unit tests (all)" build/tests/unit_tests --gtest_brief=1
 stage "NCCL, world of one" mpirun -np 1 build/tests/mpi_tests --gtest_filter='Nccl.*:GpuDdp.*'
 stage "two ranks sharing the GPU (--comm mpi)" mpirun -np 2 build/tests/mpi_tests --gtest_filter='GpuDdp.*'
 stage "end-to-end GPU tests" bash tests/e2e/gpu_test.sh
+stage "NCCL all-reduce algbw/busbw, world of one" mpirun -np 1 build/bench/comm_bench --benchmark_filter=Nccl
 stage "benchmark vs PyTorch DDP (NCCL), 10 epochs" bash bench/gpu_compare.sh 10

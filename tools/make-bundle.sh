@@ -10,7 +10,7 @@ out=dist
 stage="$(mktemp -d)"
 trap 'rm -rf "$stage"' EXIT
 mkdir -p "$stage/bin" "$stage/lib" "$stage/mpi/bin" "$stage/mpi/lib/x86_64-linux-gnu" "$stage/mpi/share"
-bins=(mnist_ddp build/tests/unit_tests build/tests/mpi_tests build/bench/ops_bench)
+bins=(mnist_ddp build/tests/unit_tests build/tests/mpi_tests build/bench/ops_bench build/bench/comm_bench)
 for b in "${bins[@]}"; do
   [[ -x "$b" ]] || { echo "make-bundle: $b missing (make && make build/tests/unit_tests ...)" >&2; exit 1; }
   strip -o "$stage/bin/$(basename "$b")" "$b"

@@ -8,6 +8,7 @@
 #include "mnist_ddp/compress.hpp"
 #include "mnist_ddp/device.hpp"
 #include "mnist_ddp/optimizer.hpp"
+#include "mnist_ddp/reducer.hpp"
 
 namespace mnist_ddp {
 
@@ -49,10 +50,14 @@ struct Config {
   std::int64_t check_replicas = 0;
   int bucket_cap_kb = 25;  // gives this model 3 buckets: fc (61 KiB), layer2 (50 KiB), layer1
   bool no_overlap = false;
+  OverlapEngine overlap_engine = OverlapEngine::Test;
   Compression compression = Compression::None;
   int powersgd_rank = 2;
   std::int64_t powersgd_start_iter = 1000;  // as the seed (PyTorch's default is 10)
   double powersgd_min_compression_rate = 2.0;
+  bool sync_bn = false;               // SyncBatchNorm over all ranks
+  std::int64_t local_sgd_start = -1;  // post-local SGD from this step on; -1: off
+  std::int64_t local_sgd_period = 4;  // global parameter average every this many steps
   bool print_env = false;
   Progress progress = Progress::Auto;
 };

@@ -34,6 +34,7 @@ class Comm {
   // recv.size() == send.size() * size(); rank r's block lands at recv[r * send.size()].
   void allgather(std::span<const std::uint64_t> send, std::span<std::uint64_t> recv);
   void allgather(std::span<const float> send, std::span<float> recv);
+  void allgather(std::span<const double> send, std::span<double> recv);
 
   // Non-blocking sum all-reduce of 16-bit encoded floats (fp16 or bf16: `bf16` selects), summed
   // in that format by a user-defined reduction (MPI has no 16-bit float type). Same request
@@ -74,6 +75,9 @@ class Comm {
 
 // Host-memory collectives over MPI_COMM_WORLD.
 std::unique_ptr<Comm> make_mpi_comm();
+// Host-memory collectives among the ranks that pass the same color (MPI_Comm_split; e.g. the node
+// index for post-local SGD's node-local groups). Collective over the whole job.
+std::unique_ptr<Comm> make_mpi_group_comm(int color);
 // Device-memory collectives over NCCL on their own CUDA stream, bootstrapped from MPI: rank 0
 // calls ncclGetUniqueId, MPI_Bcast hands it to every rank, each calls ncclCommInitRank. Call
 // after the GPU is selected. A "built without CUDA" UserError in a CPU-only build.

@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 
 namespace mnist_ddp::cpu {
 
@@ -57,11 +58,23 @@ void batchnorm_backward_eval(int c, std::size_t m, const T* x, const T* dy, cons
                              const T* running_mean, const T* running_var, double eps, T* dx,
                              T* dgamma, T* dbeta);
 
+// SyncBatchNorm's two exchanges, called by the training-mode BN ops between their per-rank
+// reductions and what they compute from them (every backend, every rank, same order):
+//   stats(c, mean, var, count): this rank's per-channel batch mean and biased variance over
+//     `count` values per channel, in place -> the union batch's (count -> the union's count);
+//   grad_sums(c, sums, count): per channel {sum(dy), sum(dy * (x - mean))} of the BN output
+//     gradient, sums[2c] in place -> summed over ranks (count -> the union's count).
+struct BnSync {
+  std::function<void(int c, double* mean, double* var, double* count)> stats;
+  std::function<void(int c, double* sums, double* count)> grad_sums;
+};
+
 // Batch statistics of x[C][M] for training-mode BN: save_mean, save_invstd = 1/sqrt(var + eps)
 // (biased var), and the running-statistics update (unbiased var), as batchnorm_forward_train.
+// With sync, the statistics are the union batch's (SyncBatchNorm).
 template <class T>
 void batchnorm_stats(int c, std::size_t m, const T* x, double eps, double momentum, T* save_mean,
-                     T* save_invstd, T* running_mean, T* running_var);
+                     T* save_invstd, T* running_mean, T* running_var, const BnSync* sync = nullptr);
 // Eval-mode equivalents of the saved statistics: mean = running_mean, invstd from running_var.
 template <class T>
 void batchnorm_eval_stats(int c, const T* running_mean, const T* running_var, double eps, T* mean,
@@ -79,7 +92,8 @@ void bn_relu_pool_forward(int c, int n, int h, int w, const T* x, const T* gamma
 template <class T>
 void bn_relu_pool_backward(int c, int n, int h, int w, const T* x, const T* y, const T* dy,
                            const std::uint8_t* argmax, const T* gamma, const T* mean,
-                           const T* invstd, bool batch_stats, T* dx, T* dgamma, T* dbeta);
+                           const T* invstd, bool batch_stats, T* dx, T* dgamma, T* dbeta,
+                           const BnSync* sync = nullptr);
 
 // y = max(x, 0); dx = dy where y > 0 else 0 (in place allowed).
 template <class T>

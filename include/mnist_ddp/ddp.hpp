@@ -22,6 +22,13 @@ void average_gradients(Comm& comm, ConvNet& model);
 // FNV-1a 64 over the bytes of the parameters (BN buffers are rank-local between broadcasts);
 // read from backend memory through the model's Ops.
 std::uint64_t replica_hash(ConvNet& model);
+
+// SyncBatchNorm's exchanges over comm (host memory), for Ops::set_bn_sync: the forward
+// all-gathers every rank's per-channel [mean, biased var, count] and combines them exactly
+// (unequal counts included): N = sum n_r, mean = sum n_r mean_r / N,
+// var = sum n_r (var_r + (mean_r - mean)^2) / N; the backward all-reduces
+// [sum_dy, sum_dy_xmu] and the count. The BnSync refers to comm: keep comm alive while it is set.
+BnSync make_sync_bn(Comm& comm);
 // All-gathers replica_hash over the host comm; if any rank differs from rank 0, throws UserError
 // (exit code kExitReplicaDiverged) on every rank naming the diverged ranks and the step.
 void check_replicas(Comm& host_comm, ConvNet& model, std::int64_t step);

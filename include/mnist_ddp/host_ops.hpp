@@ -40,6 +40,10 @@ class HostOps : public Ops {
                        float* dlogits, double grad_scale) override;
   double take_loss_sum() override;
   void* stream() const override { return nullptr; }
+  void set_bn_sync(const BnSync* sync) override { bn_sync_ = sync; }
+
+ protected:
+  const BnSync* bn_sync_ = nullptr;  // for the layout-specific BN ops of the derived backends
 
  private:
   const Dataset* data_[2] = {nullptr, nullptr};  // host memory is backend memory: no copy

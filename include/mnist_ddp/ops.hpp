@@ -21,6 +21,7 @@
 
 namespace mnist_ddp {
 
+using cpu::BnSync;
 using cpu::ConvGeom;
 using cpu::SgdParams;
 
@@ -103,6 +104,9 @@ class Ops {
   virtual double take_loss_sum() = 0;
   // The stream every op runs on (a cudaStream_t), or nullptr for a host backend.
   virtual void* stream() const = 0;
+  // SyncBatchNorm (--sync-bn): the training-mode BN ops call these exchanges (cpu_ops.hpp);
+  // nullptr turns it off. The caller keeps *sync alive while set.
+  virtual void set_bn_sync(const BnSync* sync) = 0;
 };
 
 enum class CpuKernels { OneDnn, Reference };

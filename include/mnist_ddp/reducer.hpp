@@ -5,8 +5,12 @@
 // arena after backward. Either way: sum over ranks, then divide by the world size.
 #pragma once
 
+#include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <memory>
+#include <mutex>
+#include <thread>
 #include <vector>
 
 #include "mnist_ddp/comm.hpp"
@@ -34,14 +38,26 @@ struct ReducerStats {
   std::int64_t steps = 0;
 };
 
+// How a bucket's all-reduce progresses while backward runs (CPU): Test: a non-blocking
+// MPI_Iallreduce that MPI advances inside the MPI_Test calls made from backward's layer-ready
+// callbacks; Thread: a communication thread runs a blocking all-reduce per bucket on its own
+// communicator (needs MPI_THREAD_MULTIPLE).
+enum class OverlapEngine { Test, Thread };
+
 class Reducer {
  public:
   // compression fp16/bf16: each bucket is cast to 16 bits, divided by the world size, summed in
   // 16 bits and decoded (PyTorch's fp16/bf16 compress hooks); none: sum, then divide; PowerSGD:
   // after backward, bucket by bucket (its two dependent all-reduces per bucket are not
   // overlapped), with `powersgd` (rank, start iteration, ...; batched/fp16 follow compression).
+  // thread_comm: the communication thread's communicator (OverlapEngine::Thread), the same ranks
+  // as comm; it is used only by that thread.
   Reducer(Comm& comm, ConvNet& model, std::size_t cap_bytes, bool overlap,
-          Compression compression = Compression::None, PowerSgdConfig powersgd = {});
+          Compression compression = Compression::None, PowerSgdConfig powersgd = {},
+          OverlapEngine engine = OverlapEngine::Test, Comm* thread_comm = nullptr);
+  ~Reducer();
+  Reducer(const Reducer&) = delete;
+  Reducer& operator=(const Reducer&) = delete;
   // Backward's "layer ready" callback: launches every bucket whose layers are all ready and
   // progresses those in flight.
   void layer_ready(int layer);
@@ -49,6 +65,9 @@ class Reducer {
   // then divides by the world size. Gradients are identical on every rank afterwards.
   void finish();
   const std::vector<Bucket>& buckets() const { return buckets_; }
+  // The group the gradients are averaged over from the next step on (post-local SGD switches to
+  // the node-local group). Between steps only; not with PowerSGD (its state is per group).
+  void use_comm(Comm& comm);
   // Launch order of the last step (bucket indices), for tests.
   const std::vector<int>& launch_order() const { return launch_order_; }
   ReducerStats take_stats();
@@ -57,7 +76,9 @@ class Reducer {
 
  private:
   void launch(std::size_t b);
-  Comm& comm_;
+  void worker();                              // the communication thread's loop
+  void reduce_on_thread_comm(std::size_t b);  // one bucket's blocking all-reduce
+  Comm* comm_;
   ConvNet& model_;
   bool overlap_;
   Compression compression_;
@@ -70,6 +91,15 @@ class Reducer {
   std::vector<int> launch_order_;
   ReducerStats stats_;
   std::unique_ptr<PowerSgd> powersgd_;
+  // OverlapEngine::Thread: buckets queued by launch(), reduced by worker_, finished_ set by it.
+  OverlapEngine engine_;
+  Comm* thread_comm_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::size_t> queue_;
+  std::vector<double> finished_at_;  // per bucket; < 0: not finished this step
+  bool stop_ = false;
+  std::thread worker_;  // last: started once everything above exists
 };
 
 }  // namespace mnist_ddp

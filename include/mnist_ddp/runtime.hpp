@@ -47,6 +47,8 @@ Identity derive_identity(int mpi_rank, int mpi_world, const MpiLocality& mpi, co
 
 // MPI_Init_thread + MPI_ERRORS_RETURN on MPI_COMM_WORLD. Call first thing in main.
 void mpi_init(int* argc, char*** argv);
+// Whether the MPI library granted MPI_THREAD_MULTIPLE (needed by --overlap-engine thread).
+bool mpi_thread_multiple();
 
 // Asks MPI for rank, world, node-local group and node index.
 void mpi_query(int* rank, int* world, MpiLocality* locality);

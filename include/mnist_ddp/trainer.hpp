@@ -44,9 +44,12 @@ class Trainer {
  public:
   // comm: host-memory control collectives (agreement, metrics, evaluation sums); data_comm:
   // collectives on the model's memory (the same MpiComm on CPU; NCCL or host-staged MPI on GPU).
-  // The data splits must already be loaded into ops (Ops::load_dataset).
+  // The data splits must already be loaded into ops (Ops::load_dataset). local_comm: this rank's
+  // node-local group, for post-local SGD (--local-sgd-start; CPU backend). thread_comm: the
+  // communication thread's own communicator (--overlap-engine thread).
   Trainer(const Config& cfg, Comm& comm, Comm& data_comm, Ops& ops, ConvNet& model,
-          const DataSplit& data, Logger& log);
+          const DataSplit& data, Logger& log, Comm* local_comm = nullptr,
+          Comm* thread_comm = nullptr);
   ~Trainer();
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;
@@ -78,6 +81,7 @@ class Trainer {
   const Config& cfg_;
   Comm& comm_;
   Comm& data_comm_;
+  Comm* local_comm_;
   Ops& ops_;
   ConvNet& model_;
   const DataSplit& data_;
@@ -86,6 +90,7 @@ class Trainer {
   std::unique_ptr<Reducer> reducer_;  // host-memory backends; the GPU path averages after backward
   std::unique_ptr<StepGraphs> graphs_;  // GPU with a capturable data communicator
   std::int64_t replays_ = 0;            // steps run as a graph replay
+  BnSync bn_sync_;                      // --sync-bn exchanges (set on ops_ while alive)
   LrConfig lr_;
   CheckpointLayout layout_;
   std::int64_t steps_per_epoch_ = 0;

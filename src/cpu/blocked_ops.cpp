@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstddef>
+#include <vector>
 
 #include "mnist_ddp/check.hpp"
 
@@ -84,11 +85,12 @@ void check_blocked(int c) {
 }  // namespace
 
 void batchnorm_stats(int c, int n, int hw, const float* x, double eps, double momentum,
-                     float* save_mean, float* save_invstd, float* running_mean,
-                     float* running_var) {
+                     float* save_mean, float* save_invstd, float* running_mean, float* running_var,
+                     const cpu::BnSync* sync) {
   check_blocked(c);
   const int cb_count = c / B;
-  const double m = static_cast<double>(n) * hw;
+  double m = static_cast<double>(n) * hw;
+  std::vector<double> means(static_cast<std::size_t>(c)), vars(static_cast<std::size_t>(c));
   for (int cb = 0; cb < cb_count; ++cb) {
     double s[B] = {}, ss[B] = {};
     for (int i = 0; i < n; ++i) {
@@ -103,8 +105,15 @@ void batchnorm_stats(int c, int n, int hw, const float* x, double eps, double mo
     }
     for (int l = 0; l < B; ++l) {
       const int ch = cb * B + l;
-      const double mean = s[l] / m;
-      const double var = std::max(ss[l] / m - mean * mean, 0.0);
+      means[ch] = s[l] / m;
+      vars[ch] = std::max(ss[l] / m - means[ch] * means[ch], 0.0);
+    }
+  }
+  if (sync != nullptr) sync->stats(c, means.data(), vars.data(), &m);
+  for (int cb = 0; cb < cb_count; ++cb) {
+    for (int l = 0; l < B; ++l) {
+      const int ch = cb * B + l;
+      const double mean = means[ch], var = vars[ch];
       save_mean[ch] = static_cast<float>(mean);
       save_invstd[ch] = static_cast<float>(1.0 / std::sqrt(var + eps));
       const double unbiased = m > 1 ? var * m / (m - 1) : var;
@@ -147,10 +156,11 @@ void bn_relu_pool_forward(int c, int n, int h, int w, const float* x, const floa
 void bn_relu_pool_backward(int c, int n, int h, int w, const float* x, const float* y,
                            const float* dy, const std::uint8_t* argmax, const float* gamma,
                            const float* mean, const float* invstd, bool batch_stats, float* dx,
-                           float* dgamma, float* dbeta) {
+                           float* dgamma, float* dbeta, const cpu::BnSync* sync) {
   check_blocked(c);
   const int cb_count = c / B, oh = h / 2, ow = w / 2;
-  const double m_full = static_cast<double>(n) * h * w;
+  double m_full = static_cast<double>(n) * h * w;
+  std::vector<double> sums(2 * static_cast<std::size_t>(c));
   for (int cb = 0; cb < cb_count; ++cb) {
     Lane mu;
     for (int l = 0; l < B; ++l) mu[l] = mean[cb * B + l];
@@ -176,17 +186,27 @@ void bn_relu_pool_backward(int c, int n, int h, int w, const float* x, const flo
         s2[l] += p2[l];
       }
     }
-    Lane kk, c0, c1;
     for (int l = 0; l < B; ++l) {
       const int ch = cb * B + l;
-      const double is = invstd[ch];
+      // dgamma/dbeta are this rank's (DDP averages them like every gradient).
       dbeta[ch] = static_cast<float>(s1[l]);
-      dgamma[ch] = static_cast<float>(s2[l] * is);
+      dgamma[ch] = static_cast<float>(s2[l] * invstd[ch]);
+      sums[2 * ch] = s1[l];
+      sums[2 * ch + 1] = s2[l];
+    }
+  }
+  if (sync != nullptr && batch_stats) sync->grad_sums(c, sums.data(), &m_full);
+  for (int cb = 0; cb < cb_count; ++cb) {
+    Lane mu, kk, c0, c1;
+    for (int l = 0; l < B; ++l) {
+      const int ch = cb * B + l;
+      mu[l] = mean[ch];
+      const double is = invstd[ch];
       const double k = gamma[ch] * is;
       kk[l] = static_cast<float>(k);
       // Training BN: dx = c0 + (x - mu) * c1 + k*dy; fixed statistics: dx = k*dy.
-      c0[l] = batch_stats ? static_cast<float>(-k * s1[l] / m_full) : 0.f;
-      c1[l] = batch_stats ? static_cast<float>(-k * s2[l] * is * is / m_full) : 0.f;
+      c0[l] = batch_stats ? static_cast<float>(-k * sums[2 * ch] / m_full) : 0.f;
+      c1[l] = batch_stats ? static_cast<float>(-k * sums[2 * ch + 1] * is * is / m_full) : 0.f;
     }
     for (int i = 0; i < n; ++i) {
       const std::size_t plane = static_cast<std::size_t>(i) * cb_count + cb;

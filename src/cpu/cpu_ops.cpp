@@ -210,17 +210,22 @@ void conv2d_backward_data(const ConvGeom& g, const T* w, const T* dy, T* dx, T* 
 
 template <class T>
 void batchnorm_stats(int c, std::size_t m, const T* x, double eps, double momentum, T* save_mean,
-                     T* save_invstd, T* running_mean, T* running_var) {
+                     T* save_invstd, T* running_mean, T* running_var, const BnSync* sync) {
+  std::vector<double> means(static_cast<std::size_t>(c)), vars(static_cast<std::size_t>(c));
+  double md = static_cast<double>(m);
   for (int ch = 0; ch < c; ++ch) {
     double s = 0, ss = 0;
     sum_sumsq(x + ch * m, m, &s, &ss);
-    const double md = static_cast<double>(m);
-    const double mean = s / md;
+    means[ch] = s / md;
     // One pass in double: the cancellation in E[x^2] - mean^2 is far below float resolution.
-    const double var = std::max(ss / md - mean * mean, 0.0);
+    vars[ch] = std::max(ss / md - means[ch] * means[ch], 0.0);
+  }
+  if (sync != nullptr) sync->stats(c, means.data(), vars.data(), &md);
+  for (int ch = 0; ch < c; ++ch) {
+    const double mean = means[ch], var = vars[ch];
     save_mean[ch] = static_cast<T>(mean);
     save_invstd[ch] = static_cast<T>(1.0 / std::sqrt(var + eps));
-    const double unbiased = m > 1 ? var * md / (md - 1) : var;
+    const double unbiased = md > 1 ? var * md / (md - 1) : var;
     running_mean[ch] = static_cast<T>((1 - momentum) * running_mean[ch] + momentum * mean);
     running_var[ch] = static_cast<T>((1 - momentum) * running_var[ch] + momentum * unbiased);
   }
@@ -328,10 +333,12 @@ void bn_relu_pool_forward(int c, int n, int h, int w, const T* x, const T* gamma
 template <class T>
 void bn_relu_pool_backward(int c, int n, int h, int w, const T* x, const T* y, const T* dy,
                            const std::uint8_t* argmax, const T* gamma, const T* mean,
-                           const T* invstd, bool batch_stats, T* dx, T* dgamma, T* dbeta) {
+                           const T* invstd, bool batch_stats, T* dx, T* dgamma, T* dbeta,
+                           const BnSync* sync) {
   const int oh = h / 2, ow = w / 2, pq = oh * ow;
-  const std::size_t m_full = static_cast<std::size_t>(n) * h * w;
+  double m_full = static_cast<double>(n) * h * w;
   std::vector<T> tg(static_cast<std::size_t>(pq)), tx(static_cast<std::size_t>(pq));
+  std::vector<double> sums(2 * static_cast<std::size_t>(c));
   for (int ch = 0; ch < c; ++ch) {
     const T mu = mean[ch];
     const double is = invstd[ch];
@@ -352,12 +359,21 @@ void bn_relu_pool_backward(int c, int n, int h, int w, const T* x, const T* y, c
       sum_dy += s1;
       sum_dy_xmu += s2;
     }
+    // dgamma/dbeta are this rank's (DDP averages them like every gradient).
     dbeta[ch] = static_cast<T>(sum_dy);
     dgamma[ch] = static_cast<T>(sum_dy_xmu * is);
+    sums[2 * ch] = sum_dy;
+    sums[2 * ch + 1] = sum_dy_xmu;
+  }
+  if (sync != nullptr && batch_stats) sync->grad_sums(c, sums.data(), &m_full);
+  for (int ch = 0; ch < c; ++ch) {
+    const T mu = mean[ch];
+    const double is = invstd[ch];
+    const double sum_dy = sums[2 * ch], sum_dy_xmu = sums[2 * ch + 1];
     const T k = static_cast<T>(gamma[ch] * is);
     // Training BN: dx = k * (dy - mean(dy) - xhat * mean(dy * xhat)) = c0 + (x - mu) * c1 + k*dy;
     // fixed statistics: dx = k * dy.
-    const double md = static_cast<double>(m_full);
+    const double md = m_full;
     const T c0 = batch_stats ? static_cast<T>(-k * sum_dy / md) : T(0);
     const T c1 = batch_stats ? static_cast<T>(-k * sum_dy_xmu * is * is / md) : T(0);
     for (int img = 0; img < n; ++img) {
@@ -589,15 +605,15 @@ template void batchnorm_backward_eval<float>(int, std::size_t, const float*, con
                                              const float*, const float*, const float*, double,
                                              float*, float*, float*);
 template void batchnorm_stats<float>(int, std::size_t, const float*, double, double, float*, float*,
-                                     float*, float*);
+                                     float*, float*, const BnSync*);
 template void batchnorm_eval_stats<float>(int, const float*, const float*, double, float*, float*);
 template void bn_relu_pool_forward<float>(int, int, int, int, const float*, const float*,
                                           const float*, const float*, const float*, float*,
                                           std::uint8_t*);
 template void bn_relu_pool_backward<float>(int, int, int, int, const float*, const float*,
                                            const float*, const std::uint8_t*, const float*,
-                                           const float*, const float*, bool, float*, float*,
-                                           float*);
+                                           const float*, const float*, bool, float*, float*, float*,
+                                           const BnSync*);
 template void relu_forward<float>(std::size_t, const float*, float*);
 template void relu_backward<float>(std::size_t, const float*, const float*, float*);
 template void maxpool2x2_forward<float>(std::size_t, int, int, const float*, float*, std::uint8_t*);
@@ -632,7 +648,7 @@ template void batchnorm_backward_eval<double>(int, std::size_t, const double*, c
                                               const double*, const double*, const double*, double,
                                               double*, double*, double*);
 template void batchnorm_stats<double>(int, std::size_t, const double*, double, double, double*,
-                                      double*, double*, double*);
+                                      double*, double*, double*, const BnSync*);
 template void batchnorm_eval_stats<double>(int, const double*, const double*, double, double*,
                                            double*);
 template void bn_relu_pool_forward<double>(int, int, int, int, const double*, const double*,
@@ -641,7 +657,7 @@ template void bn_relu_pool_forward<double>(int, int, int, int, const double*, co
 template void bn_relu_pool_backward<double>(int, int, int, int, const double*, const double*,
                                             const double*, const std::uint8_t*, const double*,
                                             const double*, const double*, bool, double*, double*,
-                                            double*);
+                                            double*, const BnSync*);
 template void relu_forward<double>(std::size_t, const double*, double*);
 template void relu_backward<double>(std::size_t, const double*, const double*, double*);
 template void maxpool2x2_forward<double>(std::size_t, int, int, const double*, double*,

@@ -86,7 +86,7 @@ class DnnlOps final : public HostOps {
                        float* save_mean, float* save_invstd, float* running_mean,
                        float* running_var) override {
     blocked::batchnorm_stats(c, n, hw, x, eps, momentum, save_mean, save_invstd, running_mean,
-                             running_var);
+                             running_var, bn_sync_);
   }
   void bn_relu_pool_forward(int c, int n, int h, int w, const float* x, const float* gamma,
                             const float* beta, const float* mean, const float* invstd, float* y,
@@ -98,7 +98,7 @@ class DnnlOps final : public HostOps {
                              const float* mean, const float* invstd, bool batch_stats, float* dx,
                              float* dgamma, float* dbeta) override {
     blocked::bn_relu_pool_backward(c, n, h, w, x, y, dy, argmax, gamma, mean, invstd, batch_stats,
-                                   dx, dgamma, dbeta);
+                                   dx, dgamma, dbeta, bn_sync_);
   }
   void to_fc_rows(int c, int n, int hw, const float* x, float* y) override {
     blocked::to_rows(c, n, hw, x, y);

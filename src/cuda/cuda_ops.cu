@@ -476,6 +476,11 @@ class CudaOps final : public Ops {
     return s;
   }
   void* stream() const override { return stream_; }
+  void set_bn_sync(const BnSync* sync) override {
+    if (sync != nullptr) {
+      throw UserError("--sync-bn: SyncBatchNorm runs on the CPU backend in this version");
+    }
+  }
   std::uint8_t* alloc_bytes(std::size_t n) override {
     void* p = nullptr;
     CUDA_CHECK(cudaMalloc(&p, n > 0 ? n : 1));

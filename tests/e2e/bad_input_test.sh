@@ -37,8 +37,11 @@ expect_error keep_zero "--keep" --keep 0
 expect_error checkpoint_every_negative "--checkpoint-every" --checkpoint-every -5
 expect_error bucket_cap_zero "--bucket-cap-kb" --bucket-cap-kb 0
 expect_error compression_unknown "--compression" --compression zstd
+expect_error local_sgd_period_zero "--local-sgd-period" --local-sgd-period 0
+expect_error local_sgd_with_compression "--local-sgd-start" --local-sgd-start 5 --compression fp16
 expect_error powersgd_rank_zero "--powersgd-rank" --powersgd-rank 0
 expect_error powersgd_start_negative "--powersgd-start-iter" --powersgd-start-iter -5
+expect_error overlap_engine_unknown "--overlap-engine" --overlap-engine magic
 expect_error cuda_graphs_unknown "--cuda-graphs" --cuda-graphs maybe
 expect_error cpu_kernels_unknown "--cpu-kernels" --cpu-kernels gpu
 expect_error comm_unknown "--comm" --comm tcp

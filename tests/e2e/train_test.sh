@@ -58,3 +58,18 @@ fi
 # The reference CPU kernels train too (same flags, same data).
 run reference_kernels 300 mpirun -np 2 "$BIN" --data "$DATA" --epochs 1 --max-steps 20 --cpu-kernels reference --log-dir "$TMP/logr" --checkpoint-dir "$TMP/ckptr" --progress off
 if [[ $RC -eq 0 ]] && grep -q "(reference kernels)" "$OUT" && grep -q "done: 20 steps" "$OUT"; then pass "reference_kernels_train"; else fail "reference_kernels rc=$RC" "$(show)"; fi
+
+# Post-local SGD, 4 ranks as 2 "nodes" of 2 (test seam): global all-reduce for 9 steps, then
+# node-local gradient averaging and a global parameter average after steps 9, 14, 19, ... (0-based)
+# — so all replicas agree at step counts 5, 10, 15, 20 ... and the two nodes differ in between.
+LS=(--data "$DATA" --epochs 1 --max-steps 40 --local-sgd-start 9 --local-sgd-period 5 --progress off)
+run local_sgd_synced 300 env MNIST_DDP_TEST_RANKS_PER_NODE=2 mpirun -np 4 --oversubscribe "$BIN" "${LS[@]}" --check-replicas 5 --log-dir "$TMP/lls1" --checkpoint-dir "$TMP/cls1"
+rc_synced=$RC; out_synced="$(show)"
+grep -q "within groups of 2 rank(s)" "$OUT" || rc_synced=99
+run local_sgd_between 300 env MNIST_DDP_TEST_RANKS_PER_NODE=2 mpirun -np 4 --oversubscribe "$BIN" "${LS[@]}" --check-replicas 3 --log-dir "$TMP/lls2" --checkpoint-dir "$TMP/cls2"
+if [[ $rc_synced -eq 0 ]] && [[ $RC -eq 3 ]] &&
+   grep -q "after step 12 the parameters of rank(s) 2, 3 differ" "$ERR" "$OUT"; then
+  pass "post_local_sgd_averages_every_period_and_nodes_drift_between"
+else
+  fail "post_local_sgd synced_rc=$rc_synced between_rc=$RC" "$out_synced$(show)"
+fi

@@ -197,7 +197,8 @@ struct ReducerComparison {
   ReducerStats stats;
 };
 
-ReducerComparison compare_reducer_with_one_allreduce(std::uint64_t seed, Compression hook) {
+ReducerComparison compare_reducer_with_one_allreduce(std::uint64_t seed, Compression hook,
+                                                     OverlapEngine engine = OverlapEngine::Test) {
   auto ops = make_cpu_ops();
   ConvNet a(*ops, 4), b(*ops, 4);
   a.init(seed);
@@ -209,7 +210,10 @@ ReducerComparison compare_reducer_with_one_allreduce(std::uint64_t seed, Compres
   for (ConvNet* m : {&a, &b})
     ops->softmax_cross_entropy(4, 10, m->forward(x.data(), 4, Mode::Train), y.data(), dl.data(),
                                0.25);
-  Reducer red(comm(), a, 25 * 1024, true, hook);
+  // The communication thread gets its own communicator (a duplicate of the world).
+  std::unique_ptr<Comm> thread_comm =
+      engine == OverlapEngine::Thread ? make_mpi_group_comm(0) : nullptr;
+  Reducer red(comm(), a, 25 * 1024, true, hook, {}, engine, thread_comm.get());
   a.backward(dl.data(), [&](int layer) { red.layer_ready(layer); });
   red.finish();
   b.backward(dl.data(), nullptr);
@@ -237,6 +241,22 @@ TEST(Ddp, OverlappedBucketsLaunchInReverseOrderAndEqualOneAllreduce) {
   if (comm().size() > 1) {
     EXPECT_GT(r.stats.wire_bytes, 0u);
   }
+}
+
+TEST(Ddp, CommunicationThreadEqualsOneAllreduce) {
+  ASSERT_TRUE(mpi_thread_multiple()) << "Open MPI grants MPI_THREAD_MULTIPLE";
+  const ReducerComparison r =
+      compare_reducer_with_one_allreduce(8, Compression::None, OverlapEngine::Thread);
+  EXPECT_EQ(r.launch_order, (std::vector<int>{0, 1, 2}));
+  if (comm().size() <= 2) {
+    EXPECT_EQ(r.max_diff, 0.0);
+  } else {
+    EXPECT_LT(r.max_diff, 1e-6);
+  }
+  // The hooks travel through the thread too.
+  const ReducerComparison h =
+      compare_reducer_with_one_allreduce(9, Compression::Bf16, OverlapEngine::Thread);
+  EXPECT_LT(h.max_diff, 4 * comm().size() * std::ldexp(1.0, -7));
 }
 
 TEST(Ddp, Fp16AndBf16HooksApproximateTheAverage) {

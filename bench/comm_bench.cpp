@@ -1,0 +1,206 @@
+// comm_bench.cpp — the gradient path's communication, under mpirun (e.g. `mpirun -np 2
+// build/bench/comm_bench`, or `make bench`): all-reduce bandwidth over message sizes for MPI and
+// NCCL with nccl-tests' definitions (algbw = bytes / time; busbw = algbw * 2(n-1)/n), the data
+// checked after the timed loop (every element must equal the sum of the ranks' fill values), and
+// the cost of the compression hooks: fp16/bf16 encode + decode of the model's gradient arena, and
+// one PowerSGD reduction of it (all three variants) against the plain all-reduce.
+// Every rank runs the same fixed number of iterations; an iteration's time is the slowest rank's.
+#include <benchmark/benchmark.h>
+#include <mpi.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <memory>
+#include <vector>
+
+#include "mnist_ddp/check.hpp"
+#include "mnist_ddp/comm.hpp"
+#include "mnist_ddp/compress.hpp"
+#include "mnist_ddp/device.hpp"
+#include "mnist_ddp/model.hpp"
+#include "mnist_ddp/ops.hpp"
+#include "mnist_ddp/reducer.hpp"
+#include "mnist_ddp/runtime.hpp"
+
+namespace {
+
+using namespace mnist_ddp;
+using Clock = std::chrono::steady_clock;
+
+Comm* g_mpi = nullptr;   // set in main, for the job's lifetime
+Comm* g_nccl = nullptr;  // nullptr without a GPU
+
+double slowest(double seconds) {
+  // Collective (outside the timed region): the iteration took as long as its slowest rank.
+  MPI_Allreduce(MPI_IN_PLACE, &seconds, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  return seconds;
+}
+
+void set_bandwidth(benchmark::State& st, std::size_t bytes, int ranks, double seconds) {
+  const double algbw = static_cast<double>(bytes) * static_cast<double>(st.iterations()) / seconds;
+  st.counters["algbw_GBps"] = algbw / 1e9;
+  st.counters["busbw_GBps"] = algbw * 2.0 * (ranks - 1) / ranks / 1e9;
+}
+
+void BM_AllreduceMpi(benchmark::State& st) {
+  const auto n = static_cast<std::size_t>(st.range(0)) / sizeof(float);
+  Comm& c = *g_mpi;
+  std::vector<float> buf(n);
+  double total = 0;
+  for (auto _ : st) {
+    std::fill(buf.begin(), buf.end(), static_cast<float>(c.rank() + 1));
+    const auto t0 = Clock::now();
+    c.allreduce(std::span<float>(buf), ReduceOp::Sum);
+    const double t = slowest(std::chrono::duration<double>(Clock::now() - t0).count());
+    st.SetIterationTime(t);
+    total += t;
+  }
+  const float want = static_cast<float>(c.size() * (c.size() + 1) / 2);
+  const auto bad = std::count_if(buf.begin(), buf.end(), [&](float x) { return x != want; });
+  if (bad != 0) st.SkipWithError("data check failed: wrong all-reduce sums");
+  set_bandwidth(st, n * sizeof(float), c.size(), total);
+}
+
+void BM_AllreduceNccl(benchmark::State& st) {
+  if (g_nccl == nullptr) {
+    st.SkipWithError("no GPU (NCCL all-reduce needs one GPU per rank)");
+    return;
+  }
+  const auto n = static_cast<std::size_t>(st.range(0)) / sizeof(float);
+  Comm& c = *g_nccl;
+  auto* dev = static_cast<float*>(cuda_alloc(n * sizeof(float)));
+  std::vector<float> host(n, static_cast<float>(c.rank() + 1));
+  auto ops = make_ops(Device::Cuda);
+  double total = 0;
+  for (auto _ : st) {
+    ops->upload(host.data(), dev, n * sizeof(float));
+    const auto t0 = Clock::now();
+    c.allreduce(std::span<float>(dev, n), ReduceOp::Sum);  // unbound NcclComm: synchronous
+    const double t = slowest(std::chrono::duration<double>(Clock::now() - t0).count());
+    st.SetIterationTime(t);
+    total += t;
+  }
+  ops->download(dev, host.data(), n * sizeof(float));
+  cuda_free(dev);
+  const float want = static_cast<float>(c.size() * (c.size() + 1) / 2);
+  if (std::any_of(host.begin(), host.end(), [&](float x) { return x != want; }))
+    st.SkipWithError("data check failed: wrong all-reduce sums");
+  set_bandwidth(st, n * sizeof(float), c.size(), total);
+}
+
+// The model's gradient arena (29,034 floats) as the hooks see it.
+std::vector<float> arena() {
+  std::vector<float> g(29034);
+  for (std::size_t i = 0; i < g.size(); ++i) g[i] = std::sin(0.001f * static_cast<float>(i));
+  return g;
+}
+
+void BM_Encode16Decode16(benchmark::State& st) {
+  const auto c = static_cast<Compression>(st.range(0));
+  const auto g = arena();
+  std::vector<std::uint16_t> h(g.size());
+  std::vector<float> back(g.size());
+  for (auto _ : st) {
+    encode16(g, h, c);
+    decode16(h, back, c);
+    benchmark::DoNotOptimize(back.data());
+  }
+  st.SetLabel(to_string(c));
+  st.SetBytesProcessed(static_cast<std::int64_t>(st.iterations() * g.size() * sizeof(float)));
+}
+
+// One reduction of the whole arena through the Reducer (after backward, no overlap), per hook.
+void BM_HookReduce(benchmark::State& st) {
+  const auto c = static_cast<Compression>(st.range(0));
+  auto ops = make_ops(Device::Cpu);
+  ConvNet model(*ops, 1);
+  model.init(1);
+  Reducer red(*g_mpi, model, 25 * 1024, false, c, PowerSgdConfig{2, 0, 2.0});
+  const auto g = arena();
+  double total = 0;
+  for (auto _ : st) {
+    std::copy(g.begin(), g.end(), model.grads().begin());
+    const auto t0 = Clock::now();
+    red.finish();
+    const double t = slowest(std::chrono::duration<double>(Clock::now() - t0).count());
+    st.SetIterationTime(t);
+    total += t;
+  }
+  const ReducerStats s = red.take_stats();
+  st.SetLabel(to_string(c));
+  st.counters["bytes_per_step"] =
+      static_cast<double>(s.payload_bytes) / static_cast<double>(s.steps);
+}
+
+BENCHMARK(BM_AllreduceMpi)
+    ->RangeMultiplier(4)
+    ->Range(4 << 10, 16 << 20)
+    ->Iterations(50)
+    ->UseManualTime();
+BENCHMARK(BM_AllreduceNccl)
+    ->RangeMultiplier(4)
+    ->Range(4 << 10, 16 << 20)
+    ->Iterations(50)
+    ->UseManualTime();
+BENCHMARK(BM_Encode16Decode16)
+    ->Arg(static_cast<int>(Compression::Fp16))
+    ->Arg(static_cast<int>(Compression::Bf16));
+BENCHMARK(BM_HookReduce)
+    ->Arg(static_cast<int>(Compression::None))
+    ->Arg(static_cast<int>(Compression::PowerSgd))
+    ->Arg(static_cast<int>(Compression::PowerSgdFp16))
+    ->Arg(static_cast<int>(Compression::BatchedPowerSgdFp16))
+    ->Iterations(200)
+    ->UseManualTime();
+
+// Ranks other than 0 run every benchmark in lockstep but print nothing.
+class SilentReporter : public benchmark::BenchmarkReporter {
+ public:
+  bool ReportContext(const Context&) override { return true; }
+  void ReportRuns(const std::vector<Run>&) override {}
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  mpi_init(&argc, &argv);
+  benchmark::Initialize(&argc, argv);
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  {
+    std::unique_ptr<Comm> mpi = make_mpi_comm();
+    g_mpi = mpi.get();
+    std::unique_ptr<Comm> nccl;
+    int local = 0;
+    MPI_Comm node;
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node);
+    MPI_Comm_rank(node, &local);
+    int local_size = 1;
+    MPI_Comm_size(node, &local_size);
+    MPI_Comm_free(&node);
+    // NCCL only with one GPU per node-local rank (the same verdict on every rank of a node).
+    int gpus = cuda_device_count() >= local_size ? 1 : 0;
+    MPI_Allreduce(MPI_IN_PLACE, &gpus, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    if (gpus == 1) {
+      use_cuda_device(local);
+      nccl = make_nccl_comm();
+      g_nccl = nccl.get();
+    }
+    SilentReporter silent;
+    if (rank == 0) {
+      benchmark::RunSpecifiedBenchmarks();
+    } else {
+      benchmark::RunSpecifiedBenchmarks(&silent);
+    }
+    benchmark::Shutdown();
+    g_nccl = nullptr;
+    g_mpi = nullptr;
+    // Teardown order: NCCL, then CUDA, then MPI.
+    nccl.reset();
+    release_cuda_device();
+    mpi.reset();
+  }
+  MPI_Finalize();
+  return 0;
+}
