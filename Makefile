@@ -97,7 +97,7 @@ MPI_TEST_BIN := $(BUILD)/tests/mpi_tests
 BENCH_BIN := $(BUILD)/bench/ops_bench
 COMM_BENCH_BIN := $(BUILD)/bench/comm_bench
 
-.PHONY: all summary test test-only bench bench-only run deps data clean format help bundle
+.PHONY: all summary test test-only test-slurm bench bench-only run deps data clean format help bundle
 all: summary $(BIN)
 
 summary:
@@ -155,6 +155,12 @@ test:
 test-only: all $(UNIT_BIN) $(MPI_TEST_BIN)
 	@tests/run_tests.sh
 
+# The Slurm workflows on a real local two-node Slurm (as root; `make test` includes it).
+test-slurm: all
+	@tools/install-deps.sh
+	@data/prepare.sh
+	@bash tests/slurm/slurm_test.sh
+
 bench:
 	@tools/install-deps.sh
 	@data/prepare.sh
@@ -179,7 +185,8 @@ clean:
 help:
 	@echo "make          build ./mnist_ddp (prints what was found)"
 	@echo "make run      install deps, fetch data, train on 2 CPU ranks (ARGS='--epochs 1' to pass flags)"
-	@echo "make test     install deps, fetch data, run unit, MPI and end-to-end tests"
+	@echo "make test     install deps, fetch data, run unit, MPI and end-to-end tests (+ Slurm as root)"
+	@echo "make test-slurm  the Slurm workflows on a real local 2-node Slurm (root)"
 	@echo "make bench    microbenchmarks + side-by-side with PyTorch DDP"
 	@echo "make deps     install the Debian packages that are missing"
 	@echo "make data     prepare data/dataset (MNIST if downloadable, else Fashion-MNIST)"

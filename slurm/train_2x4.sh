@@ -1,15 +1,39 @@
 #!/bin/bash
-# train_2x4.sh — 2 nodes x 4 tasks, one rank per task, launched by srun with PMIx.
+# train_2x4.sh — mnist_ddp on 2 nodes x 4 tasks, one rank and one GPU per task, launched by srun
+# with PMIx. Submit from the checkout: `sbatch slurm/train_2x4.sh [mnist_ddp flags]`; sbatch flags
+# override every #SBATCH line (-p PARTITION, -A ACCOUNT, -N, --time, ...). Nothing site-specific
+# is baked in: the modulefile comes from $MNIST_DDP_MODULES (default: <checkout>/modules), the
+# checkpoints go to $MNIST_DDP_CKPT (default: checkpoints), the logs to $MNIST_DDP_LOGS.
+# Preemption: the job is requeueable and gets SIGUSR1 120 s before its time limit; mnist_ddp
+# checkpoints at the next step boundary and the requeued job resumes from it (--resume auto).
 #SBATCH --job-name=mnist_ddp
 #SBATCH --nodes=2
 #SBATCH --ntasks-per-node=4
+#SBATCH --gpus-per-task=1
 #SBATCH --cpus-per-task=1
 #SBATCH --time=00:30:00
+#SBATCH --requeue
+#SBATCH --signal=USR1@120
 #SBATCH --output=mnist_ddp-%j.out
 set -euo pipefail
 cd "${SLURM_SUBMIT_DIR:-.}"
-# One rank per core: keep BLAS single-threaded.
-export OPENBLAS_NUM_THREADS=1
-# Continue from the newest checkpoint when the job is requeued or resubmitted.
-srun --mpi=pmix ./mnist_ddp --threads 1 --resume auto --checkpoint-dir checkpoints \
-  --log-dir logging "$@"
+
+# Batch shells are not login shells: load Lmod's `module` if the site's profile did not.
+if ! type module >/dev/null 2>&1; then
+  # shellcheck source=/dev/null
+  source "${LMOD_INIT:-/usr/share/lmod/lmod/init/bash}"
+fi
+module use "${MNIST_DDP_MODULES:-$PWD/modules}"
+module load mnist_ddp
+
+# NCCL knobs from the seed scripts, off by default; uncomment what your fabric needs:
+# export NCCL_DEBUG=INFO                  # one line per communicator/channel: start here when stuck
+# export NCCL_NSOCKS_PERTHREAD=4          # sockets per helper thread (TCP fabrics)
+# export NCCL_SOCKET_NTHREADS=2           # helper threads per connection (TCP fabrics)
+# export NCCL_MIN_NCHANNELS=32            # more channels: more bandwidth on big messages
+# export NCCL_SOCKET_IFNAME=ib0           # the interface NCCL bootstraps and talks over (site's)
+
+# One rank per task; --kill-on-bad-exit ends every task as soon as one fails.
+srun --mpi=pmix --kill-on-bad-exit=1 mnist_ddp --threads 1 --resume auto \
+  --checkpoint-dir "${MNIST_DDP_CKPT:-checkpoints}" \
+  --log-dir "${MNIST_DDP_LOGS:-logging/${SLURM_JOB_ID:-local}}" "$@"

@@ -278,6 +278,11 @@ int main(int argc, char** argv) {
   // HDF5's exit-time cleanup would try to close a checkpoint file whose write failed (full disk)
   // and crash; the process ends right after such a failure anyway, so skip that cleanup.
   H5dont_atexit();
+  // Every task of a bad srun launch says why, before MPI_Init (which could only abort).
+  if (const auto problem = launch_problem_before_mpi(read_launch_env())) {
+    std::fprintf(stderr, "mnist_ddp: error: %s\n", problem->c_str());
+    return kExitUserError;
+  }
   mpi_init(&argc, &argv);
   int rank = 0, world = 1;
   MpiLocality locality;

@@ -29,7 +29,9 @@ constexpr std::array kLaunchVars = {"OMPI_COMM_WORLD_RANK",
                                     "SLURM_STEP_ID",
                                     "PMIX_RANK",
                                     "PMI_RANK",
-                                    "PMI_SIZE"};
+                                    "PMI_SIZE",
+                                    "PMI_FD",
+                                    "SLURM_MPI_TYPE"};
 
 std::optional<int> get_int(const EnvMap& env, const std::string& name) {
   auto it = env.find(name);
@@ -138,6 +140,23 @@ Identity derive_identity(int mpi_rank, int mpi_world, const MpiLocality& mpi, co
   id.derivation.push_back(
       fmt::format("node: {} of {} (MPI: ranks with local rank 0)", mpi.node, mpi.num_nodes));
   return id;
+}
+
+std::optional<std::string> launch_problem_before_mpi(const EnvMap& env) {
+  const bool srun_step = env.count("SLURM_STEP_ID") != 0;
+  const bool bootstrap = env.count("PMIX_RANK") != 0 || env.count("PMI_RANK") != 0 ||
+                         env.count("PMI_FD") != 0 || env.count("OMPI_COMM_WORLD_RANK") != 0;
+  if (!srun_step || bootstrap) return std::nullopt;
+  const auto procid = get_int(env, "SLURM_PROCID");
+  const auto tasks = get_int(env, "SLURM_STEP_NUM_TASKS");
+  const auto mpi = env.find("SLURM_MPI_TYPE");
+  return fmt::format(
+      "launcher: srun started this task (SLURM_PROCID={} of {} tasks) without an MPI bootstrap "
+      "(--mpi={}: no PMIx/PMI variables), so MPI cannot start. Launch with `srun --mpi=pmix "
+      "./mnist_ddp ...` (or set MpiDefault=pmix in slurm.conf); `srun --mpi=list` shows what this "
+      "cluster supports.",
+      procid ? std::to_string(*procid) : "?", tasks ? std::to_string(*tasks) : "?",
+      mpi != env.end() ? mpi->second : "none");
 }
 
 namespace {

@@ -50,6 +50,8 @@ gtest unit build/tests/unit_tests
 gtest mpi_np2 mpirun -np 2 build/tests/mpi_tests
 gtest mpi_np4 mpirun -np 4 --oversubscribe build/tests/mpi_tests
 for t in tests/e2e/*_test.sh; do shell "$t"; done
+# A real two-node Slurm (root only: it starts munged, slurmctld and slurmd; skips otherwise).
+shell tests/slurm/slurm_test.sh
 
 echo
 if ((${#failures[@]})); then printf 'FAILED: %s\n' "${failures[@]}"; fi

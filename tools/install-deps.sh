@@ -15,7 +15,14 @@ PACKAGES=(
   dataset-fashion-mnist                 # default dataset when MNIST cannot be downloaded
   python3-torch python3-h5py python3-numpy  # PyTorch DDP baseline and the export tool
   procps util-linux bc                  # ps/pgrep, timeout/setsid, arithmetic in the tests
+  lmod                                  # the modulefile test (modules/)
+  python3-matplotlib                    # tools/plot_metrics
 )
+# The Slurm tests start their own munged/slurmctld/slurmd, which needs root: as root (CI) the
+# daemons' packages come too (MNIST_DDP_SLURM_TESTS=0 leaves them out).
+if [[ $(id -u) -eq 0 && "${MNIST_DDP_SLURM_TESTS:-1}" != 0 ]]; then
+  PACKAGES+=(slurmctld slurmd slurm-client munge)
+fi
 
 missing=()
 for p in "${PACKAGES[@]}"; do

@@ -47,6 +47,10 @@ Identity derive_identity(int mpi_rank, int mpi_world, const MpiLocality& mpi, co
 
 // MPI_Init_thread + MPI_ERRORS_RETURN on MPI_COMM_WORLD. Call first thing in main.
 void mpi_init(int* argc, char*** argv);
+// Before MPI_Init: a task that srun started without an MPI bootstrap (an srun step, but no PMIx,
+// PMI or mpirun variables) cannot initialise MPI at all (Open MPI aborts inside MPI_Init with
+// its own message); this returns the explanation and the fix instead, or nullopt.
+std::optional<std::string> launch_problem_before_mpi(const EnvMap& env);
 // Whether the MPI library granted MPI_THREAD_MULTIPLE (needed by --overlap-engine thread).
 bool mpi_thread_multiple();
 

@@ -128,5 +128,28 @@ TEST(Device, NcclRefusesTwoRanksOnOneGpu) {
   }
 }
 
+TEST(Runtime, SrunWithoutBootstrapIsCaughtBeforeMpiInit) {
+  // srun --mpi=none: a step, no PMIx/PMI/mpirun variables.
+  const EnvMap none = {{"SLURM_STEP_ID", "0"},
+                       {"SLURM_PROCID", "1"},
+                       {"SLURM_STEP_NUM_TASKS", "2"},
+                       {"SLURM_MPI_TYPE", "none"}};
+  const auto msg = launch_problem_before_mpi(none);
+  ASSERT_TRUE(msg.has_value());
+  EXPECT_NE(msg->find("SLURM_PROCID=1 of 2 tasks"), std::string::npos) << *msg;
+  EXPECT_NE(msg->find("srun --mpi=pmix"), std::string::npos) << *msg;
+  // With PMIx (srun --mpi=pmix), under mpirun, or outside an srun step (batch script, login
+  // shell): nothing to say.
+  EnvMap pmix = none;
+  pmix["PMIX_RANK"] = "1";
+  EXPECT_FALSE(launch_problem_before_mpi(pmix).has_value());
+  EnvMap mpirun = none;
+  mpirun["OMPI_COMM_WORLD_RANK"] = "1";
+  EXPECT_FALSE(launch_problem_before_mpi(mpirun).has_value());
+  EXPECT_FALSE(
+      launch_problem_before_mpi({{"SLURM_PROCID", "0"}, {"SLURM_JOB_ID", "7"}}).has_value());
+  EXPECT_FALSE(launch_problem_before_mpi({}).has_value());
+}
+
 }  // namespace
 }  // namespace mnist_ddp

@@ -1,0 +1,23 @@
+#!/bin/bash
+# train_cpu_2x4.sh — the CPU-partition variant of train_2x4.sh: 2 nodes x 4 tasks, one rank per
+# core, no GPUs requested, --device cpu. `sbatch -p <cpu partition> slurm/train_cpu_2x4.sh
+# [mnist_ddp flags]`; the same environment overrides and preemption handling as train_2x4.sh.
+#SBATCH --job-name=mnist_ddp_cpu
+#SBATCH --nodes=2
+#SBATCH --ntasks-per-node=4
+#SBATCH --cpus-per-task=1
+#SBATCH --time=00:30:00
+#SBATCH --requeue
+#SBATCH --signal=USR1@120
+#SBATCH --output=mnist_ddp-%j.out
+set -euo pipefail
+cd "${SLURM_SUBMIT_DIR:-.}"
+if ! type module >/dev/null 2>&1; then
+  # shellcheck source=/dev/null
+  source "${LMOD_INIT:-/usr/share/lmod/lmod/init/bash}"
+fi
+module use "${MNIST_DDP_MODULES:-$PWD/modules}"
+module load mnist_ddp
+srun --mpi=pmix --kill-on-bad-exit=1 mnist_ddp --device cpu --threads 1 --resume auto \
+  --checkpoint-dir "${MNIST_DDP_CKPT:-checkpoints}" \
+  --log-dir "${MNIST_DDP_LOGS:-logging/${SLURM_JOB_ID:-local}}" "$@"
