@@ -18,13 +18,8 @@
 set -euo pipefail
 cd "${SLURM_SUBMIT_DIR:-.}"
 
-# Batch shells are not login shells: load Lmod's `module` if the site's profile did not.
-if ! type module >/dev/null 2>&1; then
-  # shellcheck source=/dev/null
-  source "${LMOD_INIT:-/usr/share/lmod/lmod/init/bash}"
-fi
-module use "${MNIST_DDP_MODULES:-$PWD/modules}"
-module load mnist_ddp
+# shellcheck source=common.sh
+source "$PWD/slurm/common.sh"
 
 # NCCL knobs from the seed scripts, off by default; uncomment what your fabric needs:
 # export NCCL_DEBUG=INFO                  # one line per communicator/channel: start here when stuck
@@ -33,7 +28,4 @@ module load mnist_ddp
 # export NCCL_MIN_NCHANNELS=32            # more channels: more bandwidth on big messages
 # export NCCL_SOCKET_IFNAME=ib0           # the interface NCCL bootstraps and talks over (site's)
 
-# One rank per task; --kill-on-bad-exit ends every task as soon as one fails.
-srun --mpi=pmix --kill-on-bad-exit=1 mnist_ddp --threads 1 --resume auto \
-  --checkpoint-dir "${MNIST_DDP_CKPT:-checkpoints}" \
-  --log-dir "${MNIST_DDP_LOGS:-logging/${SLURM_JOB_ID:-local}}" "$@"
+run_mnist_ddp "$@"

@@ -12,12 +12,7 @@
 #SBATCH --output=mnist_ddp-%j.out
 set -euo pipefail
 cd "${SLURM_SUBMIT_DIR:-.}"
-if ! type module >/dev/null 2>&1; then
-  # shellcheck source=/dev/null
-  source "${LMOD_INIT:-/usr/share/lmod/lmod/init/bash}"
-fi
-module use "${MNIST_DDP_MODULES:-$PWD/modules}"
-module load mnist_ddp
-srun --mpi=pmix --kill-on-bad-exit=1 mnist_ddp --device cpu --threads 1 --resume auto \
-  --checkpoint-dir "${MNIST_DDP_CKPT:-checkpoints}" \
-  --log-dir "${MNIST_DDP_LOGS:-logging/${SLURM_JOB_ID:-local}}" "$@"
+# shellcheck source=common.sh
+source "$PWD/slurm/common.sh"
+
+run_mnist_ddp --device cpu "$@"

@@ -10,6 +10,7 @@
 #include <map>
 
 #include "mnist_ddp/check.hpp"
+#include "mnist_ddp/signals.hpp"
 
 namespace mnist_ddp {
 namespace {
@@ -44,6 +45,7 @@ struct EnumText {
   std::string cuda_graphs = "on";
   std::string compression = "none";
   std::string overlap_engine = "test";
+  std::string requeue_signal = "USR1";
   std::string progress = "auto";
 };
 
@@ -150,6 +152,27 @@ void build(CLI::App& app, Config& c, EnumText& t) {
                  "CPU: how bucket all-reduces progress during backward: test (MPI_Iallreduce + "
                  "MPI_Test from backward) | thread (a communication thread, blocking all-reduce)")
       ->check(CLI::IsMember({"test", "thread"}));
+  app.add_option("--collective-timeout", c.collective_timeout,
+                 "seconds any collective may stay in flight before a watchdog names it and aborts "
+                 "the whole job (0: no watchdog)")
+      ->check(CLI::Range(0.0, 1e9));
+  app.add_flag("--debug-collectives", c.debug_collectives,
+               "before every collective, compare (sequence, op, count, dtype) across ranks and "
+               "report the first mismatch (one small all-gather each: for debugging)");
+  app.add_option("--debug-hang-rank", c.debug_hang_rank,
+                 "testing: this rank stops before step 3 as if stuck (the watchdog's test)")
+      ->check(CLI::Range(-1, 1 << 20));
+  app.add_option("--debug-exit-rank", c.debug_exit_rank,
+                 "testing: this rank exits with status 1 before step 3, without MPI_Finalize")
+      ->check(CLI::Range(-1, 1 << 20));
+  app.add_option("--requeue-signal", t.requeue_signal,
+                 "signal that means \"preempted soon\": checkpoint at the next step boundary and "
+                 "stop (SIGTERM does the same); USR1 | USR2 | TERM | HUP")
+      ->check(CLI::IsMember({"USR1", "USR2", "TERM", "HUP"}));
+  app.add_flag("--requeue", c.requeue,
+               "after a stop by the requeue signal or SIGTERM under Slurm, rank 0 runs "
+               "`scontrol requeue $SLURM_JOB_ID` so the job comes back and resumes (--resume "
+               "auto); the preemption checkpoint is rolling: one per job");
   app.add_flag("--print-env", c.print_env,
                "print how rank, local rank and node were derived, then exit");
   app.add_option("--progress", t.progress, "live progress line: auto (on a TTY) | on | off")
@@ -201,6 +224,7 @@ ParseOutcome parse_cli(int argc, char** argv, Config& cfg, bool print) {
       {"powersgd_fp16", Compression::PowerSgdFp16},
       {"batched_powersgd_fp16", Compression::BatchedPowerSgdFp16}};
   cfg.compression = hooks.at(text.compression);
+  cfg.requeue_signal = parse_signal(text.requeue_signal);
   cfg.overlap_engine =
       text.overlap_engine == "thread" ? OverlapEngine::Thread : OverlapEngine::Test;
   cfg.comm = text.comm == "nccl"  ? CommChoice::Nccl
@@ -265,6 +289,10 @@ std::string config_json(const Config& c) {
       {"powersgd_start_iter", c.powersgd_start_iter},
       {"powersgd_min_compression_rate", c.powersgd_min_compression_rate},
       {"sync_bn", c.sync_bn},
+      {"requeue", c.requeue},
+      {"collective_timeout", c.collective_timeout},
+      {"debug_collectives", c.debug_collectives},
+      {"requeue_signal", signal_name(c.requeue_signal)},
       {"overlap_engine", c.overlap_engine == OverlapEngine::Thread ? "thread" : "test"},
       {"local_sgd_start", c.local_sgd_start},
       {"local_sgd_period", c.local_sgd_period},

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <algorithm>
 #include <array>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -25,9 +26,11 @@
 #include "mnist_ddp/log.hpp"
 #include "mnist_ddp/model.hpp"
 #include "mnist_ddp/ops.hpp"
+#include "mnist_ddp/requeue.hpp"
 #include "mnist_ddp/runtime.hpp"
 #include "mnist_ddp/signals.hpp"
 #include "mnist_ddp/trainer.hpp"
+#include "mnist_ddp/watchdog.hpp"
 
 namespace mnist_ddp {
 namespace {
@@ -55,7 +58,25 @@ int run(int argc, char** argv, int rank, int world, const MpiLocality& locality,
   // Each run_agreed below is one small all-reduce after a phase that can fail on some ranks
   // only (a file missing on one node, a node without GPUs): all ranks stop together, one prints.
   run_agreed(*comm, [&] { outcome = parse_cli(argc, argv, cfg, rank == 0); });
+  // The requeue signal stops like SIGTERM (checkpoint at the next step boundary).
+  install_requeue_handler(cfg.requeue_signal);
   if (outcome == ParseOutcome::ExitOk) return kExitOk;
+  // The watchdog: no collective may stay in flight longer than --collective-timeout. It aborts
+  // through the data communicator once there is one (NCCL must be aborted too), else MPI.
+  Comm* abort_via = comm.get();
+  std::unique_ptr<CollectiveWatchdog> watchdog;
+  if (cfg.collective_timeout > 0) {
+    watchdog = std::make_unique<CollectiveWatchdog>(
+        cfg.collective_timeout, rank, host,
+        [&abort_via] { abort_via->abort(kExitCollectiveTimeout); });
+  }
+  // Every communicator of this run reports to the watchdog and, with --debug-collectives,
+  // fingerprints its collectives.
+  auto watch = [&](Comm& c) {
+    c.set_watchdog(watchdog.get());
+    c.set_debug_collectives(cfg.debug_collectives);
+  };
+  watch(*comm);
 
   Device device = Device::Cpu;
   run_agreed(*comm, [&] {
@@ -175,6 +196,10 @@ int run(int argc, char** argv, int rank, int world, const MpiLocality& locality,
   std::unique_ptr<Comm> staged_comm;
   if (device == Device::Cuda && !use_nccl) staged_comm = make_host_staged_comm();
   Comm& data_comm = use_nccl ? *device_comm : staged_comm ? *staged_comm : *comm;
+  if (&data_comm != comm.get()) {
+    watch(data_comm);
+    abort_via = &data_comm;
+  }
   // NCCL joins the ops' stream by events (no host sync), so a step can be captured as a graph.
   data_comm.bind_stream(ops->stream());
   ops->load_dataset(Ops::kTrain, data.train);  // once: device-resident on a GPU
@@ -192,6 +217,7 @@ int run(int argc, char** argv, int rank, int world, const MpiLocality& locality,
     if (const char* k = std::getenv("MNIST_DDP_TEST_RANKS_PER_NODE"); k != nullptr)
       color = rank / std::max(1, std::atoi(k));
     local_comm = make_mpi_group_comm(color);
+    watch(*local_comm);
     log->info(fmt::format(
         "post-local SGD: global gradient all-reduce for {} steps, then within groups of {} "
         "rank(s) (node-local), parameters averaged over all {} ranks every {} steps",
@@ -202,6 +228,7 @@ int run(int argc, char** argv, int rank, int world, const MpiLocality& locality,
   std::unique_ptr<Comm> thread_comm;
   if (device == Device::Cpu && cfg.overlap_engine == OverlapEngine::Thread && !cfg.no_overlap)
     thread_comm = make_mpi_group_comm(0);
+  if (thread_comm) watch(*thread_comm);
   Trainer trainer(cfg, *comm, data_comm, *ops, model, data, *log, local_comm.get(),
                   thread_comm.get());
   const CheckpointLayout layout = checkpoint_layout(model);
@@ -250,7 +277,22 @@ int run(int argc, char** argv, int rank, int world, const MpiLocality& locality,
   if (r.stop_signal != 0) {
     log->info(fmt::format("stopped by {} at step {}; checkpoint {}; continue with --resume auto",
                           signal_name(r.stop_signal), r.steps, r.last_checkpoint));
-    return 128 + r.stop_signal;
+    std::int64_t requeued = 0;
+    if (cfg.requeue && (r.stop_signal == cfg.requeue_signal || r.stop_signal == SIGTERM)) {
+      if (rank == 0) {
+        // Said first: once Slurm requeues the job it ends these processes (SIGTERM, which as a
+        // second stop signal exits at once), possibly before scontrol has even returned.
+        log->info(fmt::format("requeue: asking Slurm to requeue job {} (it resumes from {})",
+                              std::getenv("SLURM_JOB_ID") ? std::getenv("SLURM_JOB_ID") : "?",
+                              r.last_checkpoint));
+        std::string what;
+        requeued = request_slurm_requeue(&what) ? 1 : 0;
+        log->info("requeue: " + what);
+      }
+      // Collective: every rank exits with the same status (0 once Slurm has requeued the job).
+      comm->broadcast(std::span<std::int64_t>(&requeued, 1), 0);
+    }
+    return requeued != 0 ? kExitOk : 128 + r.stop_signal;
   }
   if (!r.evaluated) r.final_eval = trainer.evaluate();  // resumed a run that had already ended
   log->metrics({{"event", "done"},

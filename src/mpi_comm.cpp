@@ -52,13 +52,13 @@ class MpiComm final : public Comm {
   void barrier() override { MPI_CHECK(MPI_Barrier(comm_)); }
 
   int start_allreduce_sum(std::span<float> d) override {
-    return start(d.data(), d.size(), d.size_bytes(), MPI_FLOAT, MPI_SUM);
+    return start(d.data(), d.size(), d.size_bytes(), MPI_FLOAT, MPI_SUM, "f32");
   }
   int start_allreduce_sum16(std::span<std::uint16_t> d, bool bf16) override {
     // MPI has no 16-bit float type: the encoding travels as uint16 and a user op sums it.
     MPI_Op& op = bf16 ? bf16_sum_ : fp16_sum_;
     if (op == MPI_OP_NULL) MPI_CHECK(MPI_Op_create(bf16 ? sum_bf16 : sum_fp16, 1, &op));
-    return start(d.data(), d.size(), d.size_bytes(), MPI_UINT16_T, op);
+    return start(d.data(), d.size(), d.size_bytes(), MPI_UINT16_T, op, bf16 ? "bf16" : "fp16");
   }
   bool test(int request) override {
     if (request < 0) return true;
@@ -66,16 +66,21 @@ class MpiComm final : public Comm {
     if (r == MPI_REQUEST_NULL) return true;
     int done = 0;
     MPI_CHECK(MPI_Test(&r, &done, MPI_STATUS_IGNORE));
+    if (done != 0) watch_end(watched_[static_cast<std::size_t>(request)]);
     return done != 0;
   }
   void wait(int request) override {
     if (request < 0) return;
     MPI_Request& r = requests_[static_cast<std::size_t>(request)];
     if (r != MPI_REQUEST_NULL) MPI_CHECK(MPI_Wait(&r, MPI_STATUS_IGNORE));
+    watch_end(watched_[static_cast<std::size_t>(request)]);
     // All of a step's requests are waited for before the next step starts new ones.
     bool all_done = true;
     for (const auto& q : requests_) all_done = all_done && q == MPI_REQUEST_NULL;
-    if (all_done) requests_.clear();
+    if (all_done) {
+      requests_.clear();
+      watched_.clear();
+    }
   }
   [[noreturn]] void abort(int code) override {
     MPI_Abort(MPI_COMM_WORLD, code);
@@ -100,12 +105,15 @@ class MpiComm final : public Comm {
  private:
   // Collective (non-blocking): an in-place all-reduce progressed by test() calls from the
   // backward pass and completed by wait(). Returns the request index (-1: nothing to do).
-  int start(void* data, std::size_t count, std::size_t bytes, MPI_Datatype type, MPI_Op op) {
+  int start(void* data, std::size_t count, std::size_t bytes, MPI_Datatype type, MPI_Op op,
+            const char* type_name) {
     count_bytes(bytes);
     if (size_ == 1 || count == 0) return -1;
+    const std::uint64_t seq = watch_begin("iallreduce", count, DType::U8, type_name);
     MPI_Request req = MPI_REQUEST_NULL;
     MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, data, to_count(count), type, op, comm_, &req));
     requests_.push_back(req);
+    watched_.push_back(seq);
     return static_cast<int>(requests_.size() - 1);
   }
 
@@ -114,6 +122,7 @@ class MpiComm final : public Comm {
   int rank_ = 0;
   int size_ = 1;
   std::vector<MPI_Request> requests_;
+  std::vector<std::uint64_t> watched_;  // watchdog sequence number per request
   MPI_Op fp16_sum_ = MPI_OP_NULL;
   MPI_Op bf16_sum_ = MPI_OP_NULL;
 };

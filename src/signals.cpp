@@ -30,6 +30,22 @@ void install_stop_handlers() {
   sigaction(SIGTERM, &sa, nullptr);
 }
 
+void install_requeue_handler(int signo) {
+  struct sigaction sa {};
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  sigaction(signo, &sa, nullptr);
+}
+
+int parse_signal(const std::string& name) {
+  if (name == "USR1") return SIGUSR1;
+  if (name == "USR2") return SIGUSR2;
+  if (name == "TERM") return SIGTERM;
+  if (name == "HUP") return SIGHUP;
+  return 0;
+}
+
 int agree_stop_signal(Comm& comm) {
   std::int32_t s = static_cast<std::int32_t>(g_signal);
   // Collective: if any rank was signalled, every rank learns it at the same step boundary.
@@ -43,6 +59,12 @@ const char* signal_name(int signo) {
       return "SIGINT";
     case SIGTERM:
       return "SIGTERM";
+    case SIGUSR1:
+      return "SIGUSR1";
+    case SIGUSR2:
+      return "SIGUSR2";
+    case SIGHUP:
+      return "SIGHUP";
     default:
       return "signal";
   }

@@ -5,11 +5,16 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "mnist_ddp/agree.hpp"
 #include "mnist_ddp/check.hpp"
 #include "mnist_ddp/ddp.hpp"
+#include "mnist_ddp/requeue.hpp"
 #include "mnist_ddp/sampler.hpp"
 #include "mnist_ddp/signals.hpp"
 
@@ -113,6 +118,21 @@ double Trainer::step(const float* x, const std::int32_t* y, int n, Mode mode) {
 }
 
 void Trainer::train_step(int n) {
+  if (step_ == 3 && comm_.rank() == cfg_.debug_hang_rank) {
+    // Test seam: this rank stops here; its peers wait in the next collective until the watchdog
+    // (--collective-timeout) names it and aborts the job.
+    std::fprintf(stderr, "mnist_ddp: --debug-hang-rank %d: rank %d stops before step 3\n",
+                 cfg_.debug_hang_rank, comm_.rank());
+    std::fflush(stderr);
+    for (;;) std::this_thread::sleep_for(std::chrono::seconds(60));
+  }
+  if (step_ == 3 && comm_.rank() == cfg_.debug_exit_rank) {
+    // Test seam: a rank that dies with an error, without MPI_Finalize.
+    std::fprintf(stderr, "mnist_ddp: --debug-exit-rank %d: rank %d exits with status 1\n",
+                 cfg_.debug_exit_rank, comm_.rank());
+    std::fflush(stderr);
+    std::_Exit(1);
+  }
   last_lr_ = learning_rate(lr_, step_, epoch_);
   // Before the step (outside any graph): what changes per step, into backend memory.
   ops_.set_step_scalars({offset_, last_lr_, sgd_.steps_taken() == 0});
@@ -308,7 +328,7 @@ std::vector<std::vector<std::pair<std::string, std::vector<float>>>> Trainer::ga
   return out;
 }
 
-void Trainer::checkpoint(const char* why) {
+void Trainer::checkpoint(const char* why, bool preemption) {
   if (last_checkpoint_step_ == step_) return;  // this state is already on disk
   std::string path;
   auto hook_state = gather_hook_state();
@@ -320,6 +340,10 @@ void Trainer::checkpoint(const char* why) {
     TrainingState s = state();
     s.rank_arrays = std::move(hook_state);
     path = save_checkpoint(cfg_.checkpoint_dir, s, layout_);
+    if (preemption) {
+      const std::string replaced = roll_preemption_checkpoint(cfg_.checkpoint_dir, path);
+      if (!replaced.empty()) log_.info("preemption checkpoint replaces " + replaced);
+    }
     prune_checkpoints(cfg_.checkpoint_dir, cfg_.keep);
   });
   last_checkpoint_step_ = step_;
@@ -332,7 +356,8 @@ void Trainer::checkpoint(const char* why) {
                   {"epoch", epoch_ + 1},
                   {"sample_offset", offset_},
                   {"path", path},
-                  {"reason", why}});
+                  {"reason", why},
+                  {"preemption", preemption}});
   }
 }
 
@@ -379,7 +404,10 @@ TrainResult Trainer::run() {
         train_seconds += seconds_since(t0);
         log_.info(fmt::format("{} received: stopping at step {} with a checkpoint",
                               signal_name(stop), step_));
-        checkpoint(signal_name(stop));
+        // The requeue signal (Slurm: --signal=USR1@120) or SIGTERM (scancel, preemption, the time
+        // limit) mean "this job is about to go": a rolling preemption checkpoint, one per job.
+        const bool preempted = stop == cfg_.requeue_signal || stop == SIGTERM;
+        checkpoint(signal_name(stop), preempted);
         break;
       }
       if (cfg_.checkpoint_every > 0 && step_ % cfg_.checkpoint_every == 0) {

@@ -2,6 +2,7 @@
 // --help, so the usage text cannot drift from the parser.
 #pragma once
 
+#include <csignal>
 #include <cstdint>
 #include <string>
 
@@ -59,6 +60,12 @@ struct Config {
   std::int64_t local_sgd_start = -1;  // post-local SGD from this step on; -1: off
   std::int64_t local_sgd_period = 4;  // global parameter average every this many steps
   bool print_env = false;
+  double collective_timeout = 300;  // seconds a collective may take before the job is aborted
+  bool debug_collectives = false;   // fingerprint check across ranks before every collective
+  int debug_hang_rank = -1;         // test seam: this rank stops before step 3 (forever)
+  int debug_exit_rank = -1;         // test seam: this rank exits 1 before step 3
+  bool requeue = false;             // on the requeue signal / SIGTERM under Slurm: scontrol requeue
+  int requeue_signal = SIGUSR1;     // --requeue-signal (signals.hpp parse_signal)
   Progress progress = Progress::Auto;
 };
 

@@ -9,6 +9,8 @@
 
 namespace mnist_ddp {
 
+class CollectiveWatchdog;
+
 enum class ReduceOp { Sum, Max, Min };
 enum class DType { F32, F64, I32, I64, U64, U8 };
 
@@ -63,7 +65,22 @@ class Comm {
   // Payload bytes this rank has handed to collectives (sum of buffer sizes), for the metrics.
   std::uint64_t payload_bytes() const { return payload_bytes_; }
 
+  // Every collective registers with the watchdog (watchdog.hpp; nullptr: none). With
+  // debug_collectives, before each collective every rank all-gathers its fingerprint (this
+  // communicator's sequence number, op, count, dtype); any difference throws UserError on every
+  // rank naming rank 0's (expected) and the first differing rank's (actual) collective.
+  void set_watchdog(CollectiveWatchdog* w) { watchdog_ = w; }
+  void set_debug_collectives(bool on) { debug_collectives_ = on; }
+
  protected:
+  // Around a collective (the typed front does it; subclasses for their non-blocking starts):
+  // the fingerprint check, then registration; watch_end when it has completed.
+  std::uint64_t watch_begin(const char* op, std::size_t count, DType type,
+                            const char* type_name = nullptr);
+  void watch_end(std::uint64_t seq);
+  // The fingerprint exchange: 5 x uint64 per rank, host memory, recv in rank order. Default:
+  // allgather_raw (communicators on host memory).
+  virtual void fingerprint_allgather(const std::uint64_t* send, std::uint64_t* recv);
   virtual void allreduce_raw(void* data, std::size_t count, DType type, ReduceOp op) = 0;
   virtual void broadcast_raw(void* data, std::size_t count, DType type, int root) = 0;
   virtual void allgather_raw(const void* send, void* recv, std::size_t count, DType type) = 0;
@@ -71,6 +88,9 @@ class Comm {
 
  private:
   std::uint64_t payload_bytes_ = 0;
+  CollectiveWatchdog* watchdog_ = nullptr;
+  bool debug_collectives_ = false;
+  std::uint64_t collectives_ = 0;  // issued on this communicator (the fingerprint's sequence)
 };
 
 // Host-memory collectives over MPI_COMM_WORLD.

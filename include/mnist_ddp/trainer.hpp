@@ -74,8 +74,9 @@ class Trainer {
   // One training step of run(): the batch at offset_ through step_body, eager or as a graph.
   void train_step(int n);
   void log_window(std::int64_t epoch, double elapsed);
-  // Collective: rank 0 writes, every rank learns whether it worked.
-  void checkpoint(const char* why);
+  // Collective: rank 0 writes, every rank learns whether it worked. preemption: the rolling
+  // preemption checkpoint of this job (the previous one is deleted once this one is on disk).
+  void checkpoint(const char* why, bool preemption = false);
   // Collective: every rank's gradient-hook state (PowerSGD), indexed by rank; empty if none.
   std::vector<std::vector<std::pair<std::string, std::vector<float>>>> gather_hook_state();
   const Config& cfg_;

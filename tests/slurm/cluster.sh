@@ -64,10 +64,18 @@ CONF
   for n in node1 node2; do
     unshare --uts sh -c "hostname $n && exec /usr/sbin/slurmd -N $n" || return 1
   done
-  local i
+  local i f
   for ((i = 0; i < 300; i++)); do
-    [[ "$(sinfo -h -N -t idle -o %N 2>/dev/null | sort -u | tr '\n' ' ')" == "node1 node2 " ]] &&
+    if [[ "$(sinfo -h -N -t idle -o %N 2>/dev/null | sort -u | tr '\n' ' ')" == "node1 node2 " ]]; then
+      # Our own daemons must be the ones answering (another cluster on these ports would too).
+      for f in slurmctld slurmd-node1 slurmd-node2; do
+        if [[ ! -s "$d/$f.pid" ]] || ! pid_alive "$(<"$d/$f.pid")"; then
+          echo "cluster_start: $f is not running (ports ${CLUSTER_PORT:-16817}/17001/17002 taken by another Slurm?); see $d/log" >&2
+          return 1
+        fi
+      done
       return 0
+    fi
     sleep 0.1
   done
   echo "cluster_start: nodes not idle after 30 s; see $d/log" >&2

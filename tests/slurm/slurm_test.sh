@@ -94,3 +94,82 @@ if [[ $RC -ne 0 ]] && [[ $(grep -c "without an MPI bootstrap (--mpi=none" "$ERR"
 else
   fail "srun_without_pmi rc=$RC" "$(show)"
 fi
+
+# 6. Preemption: SIGUSR1 (what --signal=USR1@120 sends; here scancel --signal=USR1) makes the
+# job checkpoint at the next step, requeue itself and resume; twice in one job, so the rolling
+# preemption checkpoint is replaced; the final weights equal an uninterrupted run's.
+P=(--data "$DATA" --epochs 1 --max-steps 60 --log-every 5 --progress off)
+export MNIST_DDP_CKPT="$TMP/pa" MNIST_DDP_LOGS="$TMP/pa-log"
+submit preempt_reference slurm/train_cpu_2x4.sh "${P[@]}"
+ref_state=$STATE
+# signal_at STEP ID: USR1 once the job has logged STEP; once it is requeued and its previous
+# run's batch script has ended, let it start again at once (Slurm holds a requeued job for 120 s
+# by BeginTime; releasing it while the old batch step still runs would race that step's end).
+signal_at() {
+  local i
+  for ((i = 0; i < 600; i++)); do grep -q "step $1/60" "$OUT" 2>/dev/null && break; sleep 0.2; done
+  scancel --signal=USR1 "$2"
+  for ((i = 0; i < 600; i++)); do
+    scontrol show job "$2" | grep -q "JobState=PENDING" &&
+      ! ps -eo stat=,args= | grep -v "^Z" | grep -q "slurmstepd: \[$2\." && break
+    sleep 0.2
+  done
+  scontrol update JobId="$2" StartTime=now
+}
+export MNIST_DDP_CKPT="$TMP/pb" MNIST_DDP_LOGS="$TMP/pb-log"
+OUT="$TMP/preempted.out"
+id=$(sbatch --parsable --open-mode=append -o "$OUT" slurm/train_cpu_2x4.sh "${P[@]}")
+signal_at 10 "$id"
+signal_at 40 "$id"
+STATE=$(job_wait "$id" 300)
+unset MNIST_DDP_CKPT MNIST_DDP_LOGS
+left=$(cd "$TMP/pb" && ls ckpt-*.h5 2>/dev/null | tr '\n' ' ')
+if [[ "$ref_state" == COMPLETED && "$STATE" == COMPLETED ]] &&
+   [[ $(grep -c "SIGUSR1 received: stopping at step" "$OUT") -eq 2 ]] &&
+   [[ $(grep -c "requeue: asking Slurm to requeue job $id" "$OUT") -eq 2 ]] &&
+   grep -q "preemption checkpoint replaces .*ckpt-" "$OUT" && [[ $(echo $left | wc -w) -eq 2 ]] &&
+   scontrol show job "$id" | grep -q "Restarts=2" &&
+   h5diff -q "$TMP/pa/ckpt-00000060.h5" "$TMP/pb/ckpt-00000060.h5" /model /model &&
+   h5diff -q "$TMP/pa/ckpt-00000060.h5" "$TMP/pb/ckpt-00000060.h5" /optimizer /optimizer; then
+  pass "preempted_twice_requeued_and_resumed_equals_uninterrupted (h5diff; left: $left)"
+else
+  fail "preemption ref=$ref_state state=$STATE left=$left" "$(grep -E 'received|requeue|resume|preempt|error' "$OUT" | head -20)"
+fi
+
+# 7. Failures under srun end the whole job within seconds (--kill-on-bad-exit, the watchdog):
+# a stuck rank (named by its peers' watchdog), a rank exiting with an error, a rank killed -9.
+F=(--data "$DATA" --epochs 3 --max-steps 200 --log-every 5 --progress off)
+t0=$(date +%s)
+export MNIST_DDP_CKPT="$TMP/f1" MNIST_DDP_LOGS="$TMP/f1-log"
+submit fail_hang slurm/train_cpu_2x4.sh "${F[@]}" --debug-hang-rank 5 --collective-timeout 3
+secs=$(($(date +%s) - t0))
+if [[ "$STATE" == FAILED ]] && ((secs < 40)) &&
+   grep -q "collective #[0-9]* (.*) has not completed after 3.[0-9] s" "$OUT"; then
+  pass "srun_stuck_rank_named_and_job_ended (${secs} s)"
+else
+  fail "srun_stuck_rank state=$STATE secs=$secs" "$(tail -n 12 "$OUT")"
+fi
+t0=$(date +%s)
+export MNIST_DDP_CKPT="$TMP/f2" MNIST_DDP_LOGS="$TMP/f2-log"
+submit fail_exit slurm/train_cpu_2x4.sh "${F[@]}" --debug-exit-rank 6
+secs=$(($(date +%s) - t0))
+if [[ "$STATE" == FAILED ]] && ((secs < 40)) && grep -q "rank 6 exits with status 1" "$OUT"; then
+  pass "srun_rank_exiting_with_error_ends_the_job (${secs} s)"
+else
+  fail "srun_exit_rank state=$STATE secs=$secs" "$(tail -n 12 "$OUT")"
+fi
+export MNIST_DDP_CKPT="$TMP/f3" MNIST_DDP_LOGS="$TMP/f3-log"
+OUT="$TMP/fail_kill.out"
+id=$(sbatch --parsable -o "$OUT" slurm/train_cpu_2x4.sh "${F[@]}")
+for ((i = 0; i < 600; i++)); do grep -q "step 10/200" "$OUT" 2>/dev/null && break; sleep 0.2; done
+victim=$(ps -eo pid=,args= | grep "mnist_ddp .*$TMP/f3" | grep -v grep | awk '{print $1}' | sed -n 3p)
+t0=$(date +%s)
+kill -9 "$victim"
+STATE=$(job_wait "$id" 120)
+secs=$(($(date +%s) - t0))
+if [[ -n "$victim" && "$STATE" == FAILED ]] && ((secs < 30)); then
+  pass "srun_rank_killed_9_ends_the_job (${secs} s)"
+else
+  fail "srun_kill9 victim=$victim state=$STATE secs=$secs" "$(tail -n 12 "$OUT")"
+fi
+unset MNIST_DDP_CKPT MNIST_DDP_LOGS
