@@ -148,7 +148,7 @@ run:
 	@source tests/mpi_env.sh && $(MPIRUN) -np 2 ./mnist_ddp $(ARGS)
 
 test:
-	@tools/install-deps.sh
+	@tools/install-deps.sh --tests
 	@data/prepare.sh
 	@$(MAKE) --no-print-directory test-only
 
@@ -157,7 +157,7 @@ test-only: all $(UNIT_BIN) $(MPI_TEST_BIN)
 
 # The Slurm workflows on a real local two-node Slurm (as root; `make test` includes it).
 test-slurm: all
-	@tools/install-deps.sh
+	@tools/install-deps.sh --tests
 	@data/prepare.sh
 	@bash tests/slurm/slurm_test.sh
 

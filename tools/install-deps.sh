@@ -18,9 +18,10 @@ PACKAGES=(
   lmod                                  # the modulefile test (modules/)
   python3-matplotlib                    # tools/plot_metrics
 )
-# The Slurm tests start their own munged/slurmctld/slurmd, which needs root: as root (CI) the
-# daemons' packages come too (MNIST_DDP_SLURM_TESTS=0 leaves them out).
-if [[ $(id -u) -eq 0 && "${MNIST_DDP_SLURM_TESTS:-1}" != 0 ]]; then
+# --tests: the Slurm tests start their own munged/slurmctld/slurmd, which needs root, so as root
+# (CI) `make test` also brings the daemons' packages (MNIST_DDP_SLURM_TESTS=0 leaves them out);
+# `make run`/`make deps` never install Slurm.
+if [[ "${1:-}" == --tests && $(id -u) -eq 0 && "${MNIST_DDP_SLURM_TESTS:-1}" != 0 ]]; then
   PACKAGES+=(slurmctld slurmd slurm-client munge)
 fi
 
