@@ -108,16 +108,18 @@ BENCHMARK(BM_ConvBackwardData)
 // 1 = oneDNN backend's blocked [N][C/16][H][W][16] (blocked_ops). Same data sizes either way.
 struct BnKernels {
   const char* label;
-  void (*stats)(int, int, int, const float*, double, double, float*, float*, float*, float*);
+  void (*stats)(int, int, int, const float*, double, double, float*, float*, float*, float*,
+                const mnist_ddp::cpu::BnSync*);
   void (*forward)(int, int, int, int, const float*, const float*, const float*, const float*,
                   const float*, float*, std::uint8_t*);
   void (*backward)(int, int, int, int, const float*, const float*, const float*,
                    const std::uint8_t*, const float*, const float*, const float*, bool, float*,
-                   float*, float*);
+                   float*, float*, const mnist_ddp::cpu::BnSync*);
 };
 void reference_stats(int c, int n, int hw, const float* x, double eps, double m, float* mean,
-                     float* is, float* rm, float* rv) {
-  mnist_ddp::cpu::batchnorm_stats(c, static_cast<std::size_t>(n) * hw, x, eps, m, mean, is, rm, rv);
+                     float* is, float* rm, float* rv, const mnist_ddp::cpu::BnSync* sync) {
+  mnist_ddp::cpu::batchnorm_stats(c, static_cast<std::size_t>(n) * hw, x, eps, m, mean, is, rm, rv,
+                                  sync);
 }
 const BnKernels kBnKernels[] = {
     {"reference", reference_stats, mnist_ddp::cpu::bn_relu_pool_forward<float>,
@@ -134,16 +136,17 @@ void BM_BnReluPool(benchmark::State& st, bool backward) {
   auto dy = random_vec(c * m / 4, 4);
   std::vector<float> mean(c), invstd(c), rm(c), rv(c, 1.f), y(c * m / 4), dx(c * m), dg(c), db(c);
   std::vector<std::uint8_t> arg(c * m / 4);
-  k.stats(c, kBatch, s * s, x.data(), 1e-5, 0.1, mean.data(), invstd.data(), rm.data(), rv.data());
+  k.stats(c, kBatch, s * s, x.data(), 1e-5, 0.1, mean.data(), invstd.data(), rm.data(), rv.data(),
+          nullptr);
   k.forward(c, kBatch, s, s, x.data(), gamma.data(), beta.data(), mean.data(), invstd.data(),
             y.data(), arg.data());
   for (auto _ : st) {
     if (backward) {
       k.backward(c, kBatch, s, s, x.data(), y.data(), dy.data(), arg.data(), gamma.data(),
-                 mean.data(), invstd.data(), true, dx.data(), dg.data(), db.data());
+                 mean.data(), invstd.data(), true, dx.data(), dg.data(), db.data(), nullptr);
     } else {
       k.stats(c, kBatch, s * s, x.data(), 1e-5, 0.1, mean.data(), invstd.data(), rm.data(),
-              rv.data());
+              rv.data(), nullptr);
       k.forward(c, kBatch, s, s, x.data(), gamma.data(), beta.data(), mean.data(), invstd.data(),
                 y.data(), arg.data());
     }

@@ -10,9 +10,11 @@ out=dist
 stage="$(mktemp -d)"
 trap 'rm -rf "$stage"' EXIT
 mkdir -p "$stage/bin" "$stage/lib" "$stage/mpi/bin" "$stage/mpi/lib/x86_64-linux-gnu" "$stage/mpi/share"
-bins=(mnist_ddp build/tests/unit_tests build/tests/mpi_tests build/bench/ops_bench build/bench/comm_bench)
+# Built by `make bundle` into $BUNDLE_BUILD with a portable -march (BUNDLE_ARCH).
+B="${BUNDLE_BUILD:-build/bundle}"
+bins=("$B/mnist_ddp" "$B/tests/unit_tests" "$B/tests/mpi_tests" "$B/bench/ops_bench" "$B/bench/comm_bench")
 for b in "${bins[@]}"; do
-  [[ -x "$b" ]] || { echo "make-bundle: $b missing (make && make build/tests/unit_tests ...)" >&2; exit 1; }
+  [[ -x "$b" ]] || { echo "make-bundle: $b missing (run make bundle)" >&2; exit 1; }
   strip -o "$stage/bin/$(basename "$b")" "$b"
 done
 # Open MPI as Debian lays it out under /usr, so OPAL_PREFIX=<bundle>/mpi relocates it.

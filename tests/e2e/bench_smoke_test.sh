@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# bench_smoke_test.sh — the benchmark binaries build and run (no timing is asserted here; timings
+# belong to `make bench`): comm_bench's all-reduce data check passes on 2 ranks, its hook
+# counters report each hook's bytes per step (PowerSGD's 6.8x cut), ops_bench's fused kernels run.
+source "$(dirname "$0")/lib.sh"
+CB="$REPO/build/bench/comm_bench" OB="$REPO/build/bench/ops_bench"
+if [[ ! -x $CB || ! -x $OB ]]; then
+  fail "bench binaries missing (make build/bench/ops_bench build/bench/comm_bench)"
+  exit 0
+fi
+run comm_bench 300 mpirun -np 2 "$CB" --benchmark_filter='AllreduceMpi/(4096|1048576)|HookReduce' --benchmark_format=json --benchmark_out="$TMP/cb.json"
+counts=$(/usr/bin/python3 - "$TMP/cb.json" <<'PY' 2>&1
+import json, sys
+runs = json.load(open(sys.argv[1]))["benchmarks"]
+errors = [r["name"] for r in runs if r.get("error_occurred")]
+bw = [r for r in runs if r["name"].startswith("BM_AllreduceMpi")]
+hooks = {r["label"]: r["bytes_per_step"] for r in runs if r["name"].startswith("BM_HookReduce")}
+ok = not errors and len(bw) == 2 and all(r["busbw_GBps"] > 0 for r in bw) and \
+     hooks.get("none") == 29034 * 4 and hooks.get("powersgd") == 4256 * 4 and \
+     hooks.get("batched_powersgd_fp16", 1e9) < hooks["powersgd"]
+print(("ok" if ok else "bad"), errors, {k: int(v) for k, v in hooks.items()})
+PY
+)
+if [[ $RC -eq 0 && "$counts" == ok* ]]; then
+  pass "comm_bench_runs_with_data_check_and_hook_bytes (${counts#ok })"
+else
+  fail "comm_bench rc=$RC $counts" "$(show)"
+fi
+run ops_bench 300 "$OB" --benchmark_filter='BM_BnReluPool' --benchmark_min_time=0.01
+if [[ $RC -eq 0 ]] && [[ $(grep -c "BM_BnReluPool/" "$OUT") -ge 8 ]]; then
+  pass "ops_bench_fused_kernels_run"
+else
+  fail "ops_bench rc=$RC" "$(show)"
+fi
