@@ -214,8 +214,21 @@ int run(int argc, char** argv, int rank, int world, const MpiLocality& locality,
   std::unique_ptr<Comm> local_comm;
   if (cfg.local_sgd_start >= 0) {
     int color = id.node;
-    if (const char* k = std::getenv("MNIST_DDP_TEST_RANKS_PER_NODE"); k != nullptr)
-      color = rank / std::max(1, std::atoi(k));
+    run_agreed(*comm, [&] {
+      const char* k = std::getenv("MNIST_DDP_TEST_RANKS_PER_NODE");
+      if (k == nullptr) return;
+      const std::string v = k;
+      const bool digits =
+          !v.empty() && v.size() < 7 &&
+          std::all_of(v.begin(), v.end(), [](char ch) { return ch >= '0' && ch <= '9'; });
+      if (!digits || std::stoi(v) < 1) {
+        throw UserError(fmt::format(
+            "MNIST_DDP_TEST_RANKS_PER_NODE={}: this test seam takes a positive number of ranks "
+            "per pretend node; unset it outside the tests",
+            v));
+      }
+      color = rank / std::stoi(v);
+    });
     local_comm = make_mpi_group_comm(color);
     watch(*local_comm);
     log->info(fmt::format(

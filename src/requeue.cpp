@@ -13,6 +13,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include "mnist_ddp/checkpoint.hpp"
+
 extern char** environ;
 
 namespace mnist_ddp {
@@ -62,6 +64,12 @@ std::string roll_preemption_checkpoint(const std::string& dir, const std::string
   std::error_code ec;
   fs::rename(tmp, marker, ec);
   if (previous.empty() || previous == path) return {};
+  // Only an older checkpoint of this directory is ever deleted: a stale record (a job id reused
+  // by another cluster, an edited file) must not cost the user anything else.
+  const auto files = list_checkpoints(dir);  // newest first
+  const auto at_new = std::find(files.begin(), files.end(), path);
+  const auto at_old = std::find(files.begin(), files.end(), previous);
+  if (at_new == files.end() || at_old == files.end() || at_old < at_new) return {};
   fs::remove(previous, ec);
   return ec ? std::string{} : previous;
 }

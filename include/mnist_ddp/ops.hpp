@@ -6,7 +6,8 @@
 //   onednn     src/cpu/dnnl_backend.cpp  oneDNN JIT convolutions, channel-blocked
 //   [N][C/16][H][W][16]
 //                                        activations; the default CPU backend (2.5x faster convs)
-//   cuda       src/cuda/ (later)         cuDNN/cuBLAS
+//   cuda       src/cuda/cuda_ops.cu      cuDNN convolutions, cuBLAS fc, own kernels; NCHW, one
+//   stream
 // Parameters and gradients are always in PyTorch's layout (OIHW conv weights, [out][in] fc).
 #pragma once
 

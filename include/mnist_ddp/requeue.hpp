@@ -12,8 +12,8 @@ namespace mnist_ddp {
 bool request_slurm_requeue(std::string* what);
 
 // Records `path` as this job's preemption checkpoint (in dir/.preempt-<SLURM_JOB_ID or "local">)
-// and deletes the one recorded before it, unless it is `path` itself. Returns the deleted path
-// (empty if none).
+// and deletes the one recorded before it when that is an older checkpoint of dir (never anything
+// else). Returns the deleted path (empty if none).
 std::string roll_preemption_checkpoint(const std::string& dir, const std::string& path);
 
 }  // namespace mnist_ddp

@@ -42,6 +42,11 @@ expect_error local_sgd_with_compression "--local-sgd-start" --local-sgd-start 5 
 expect_error powersgd_rank_zero "--powersgd-rank" --powersgd-rank 0
 expect_error powersgd_start_negative "--powersgd-start-iter" --powersgd-start-iter -5
 expect_error overlap_engine_unknown "--overlap-engine" --overlap-engine magic
+expect_error requeue_signal_unknown "--requeue-signal" --requeue-signal KILL
+expect_error collective_timeout_negative "--collective-timeout" --collective-timeout -1
+expect_error powersgd_min_rate_negative "--powersgd-min-compression-rate" --powersgd-min-compression-rate -2
+expect_error debug_hang_rank_negative "--debug-hang-rank" --debug-hang-rank -5
+MNIST_DDP_TEST_RANKS_PER_NODE=abc expect_error ranks_per_node_seam_garbage "MNIST_DDP_TEST_RANKS_PER_NODE=abc" --local-sgd-start 5
 expect_error cuda_graphs_unknown "--cuda-graphs" --cuda-graphs maybe
 expect_error cpu_kernels_unknown "--cpu-kernels" --cpu-kernels gpu
 expect_error comm_unknown "--comm" --comm tcp

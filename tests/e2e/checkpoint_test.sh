@@ -54,6 +54,16 @@ for hook in powersgd batched_powersgd_fp16; do
     fail "resume_with_${hook}_state rc=$RC" "$(show)"
   fi
 done
+# PowerSGD state from other buckets (--bucket-cap-kb changed): one clear error, file untouched.
+sum_before=$(md5sum "$TMP/powersgd-B/ckpt-00000120.h5")
+train powersgd_other_buckets "$TMP/powersgd-B" --max-steps 130 --resume auto --compression powersgd --powersgd-start-iter 20 --bucket-cap-kb 200
+if [[ $RC -eq 2 ]] && [[ $(grep -c "mnist_ddp: error:" "$ERR") -eq 1 ]] &&
+   grep -q "does not belong to this PowerSGD configuration" "$ERR" &&
+   [[ "$(md5sum "$TMP/powersgd-B/ckpt-00000120.h5")" == "$sum_before" ]]; then
+  pass "powersgd_state_of_other_buckets_is_one_clear_error"
+else
+  fail "powersgd_other_buckets rc=$RC" "$(show)"
+fi
 
 # SIGTERM to one rank: checkpoint, exit 143 on every rank, nothing left running; then resume.
 (cd "$TMP" && timeout 300 mpirun -np 2 "$BIN" "${COMMON[@]}" --max-steps 450 --checkpoint-dir "$TMP/C" --log-dir "$TMP/C/log" >"$TMP/sig.out" 2>&1; echo $? >"$TMP/sig.rc") &

@@ -14,6 +14,7 @@
 #include "mnist_ddp/checkpoint.hpp"
 #include "mnist_ddp/model.hpp"
 #include "mnist_ddp/ops.hpp"
+#include "mnist_ddp/requeue.hpp"
 #include "mnist_ddp/rng.hpp"
 #include "test_util.hpp"
 
@@ -192,6 +193,35 @@ TEST_F(CheckpointTest, KeepsTheNewestKAndIgnoresTemporaries) {
   EXPECT_EQ(fs::path(left[1]).filename(), "ckpt-00000004.h5");
   prepare_checkpoint_dir(dir_.string());  // a new run removes the dead temporary
   EXPECT_FALSE(fs::exists(dir_ / ".ckpt-00000006.h5.tmp-1"));
+}
+
+TEST_F(CheckpointTest, PreemptionCheckpointRollsAndNeverDeletesAnythingElse) {
+  setenv("SLURM_JOB_ID", "4242", 1);
+  const std::string a = save_checkpoint(dir_.string(), state(3), layout_);
+  const std::string b = save_checkpoint(dir_.string(), state(7), layout_);
+  EXPECT_EQ(roll_preemption_checkpoint(dir_.string(), a), "");  // the first one: nothing to roll
+  EXPECT_EQ(roll_preemption_checkpoint(dir_.string(), b), a);   // the second replaces it
+  EXPECT_FALSE(fs::exists(a));
+  EXPECT_TRUE(fs::exists(b));
+  std::ifstream marker(dir_ / ".preempt-4242");
+  std::string recorded;
+  std::getline(marker, recorded);
+  EXPECT_EQ(recorded, b);
+  // A stale record naming a file that is not an older checkpoint of this directory is ignored.
+  const fs::path outside = dir_.parent_path() / ("mnist_ddp_keep_" + std::to_string(getpid()));
+  std::ofstream(outside) << "user data";
+  std::ofstream(dir_ / ".preempt-4242", std::ios::trunc) << outside.string() << "\n";
+  const std::string c = save_checkpoint(dir_.string(), state(9), layout_);
+  EXPECT_EQ(roll_preemption_checkpoint(dir_.string(), c), "");
+  EXPECT_TRUE(fs::exists(outside));
+  // Nor is a record naming a newer checkpoint than the one being written.
+  const std::string d = save_checkpoint(dir_.string(), state(2), layout_);
+  EXPECT_EQ(roll_preemption_checkpoint(dir_.string(), c), "");  // marker now names c itself
+  std::ofstream(dir_ / ".preempt-4242", std::ios::trunc) << c << "\n";
+  EXPECT_EQ(roll_preemption_checkpoint(dir_.string(), d), "");
+  EXPECT_TRUE(fs::exists(c));
+  fs::remove(outside);
+  unsetenv("SLURM_JOB_ID");
 }
 
 TEST_F(CheckpointTest, UnwritableDirectoryIsNamed) {
