@@ -103,18 +103,32 @@ export MNIST_DDP_CKPT="$TMP/pa" MNIST_DDP_LOGS="$TMP/pa-log"
 submit preempt_reference slurm/train_cpu_2x4.sh "${P[@]}"
 ref_state=$STATE
 # signal_at STEP ID: USR1 once the job has logged STEP; once it is requeued and its previous
-# run's batch script has ended, let it start again at once (Slurm holds a requeued job for 120 s
-# by BeginTime; releasing it while the old batch step still runs would race that step's end).
+# run's batch script has ended, let it start again early. Slurm holds a requeued job for 120 s by
+# BeginTime, and both waits below are what that hold otherwise guarantees: releasing it while the
+# old batch step still runs races that step's end, and slurmd refuses a launch credential created
+# in the same second as the requeue revoked the old one ("cred->ctime <= revoked", whole seconds),
+# which fails the job outright. So release only in a later second than the one the job was seen
+# pending in. A job that already ended stops the waiting.
 signal_at() {
-  local i
-  for ((i = 0; i < 600; i++)); do grep -q "step $1/60" "$OUT" 2>/dev/null && break; sleep 0.2; done
+  local i t_pending
+  for ((i = 0; i < 600; i++)); do
+    grep -q "step $1/60" "$OUT" 2>/dev/null && break
+    job_ended "$2" && return
+    sleep 0.2
+  done
   scancel --signal=USR1 "$2"
   for ((i = 0; i < 600; i++)); do
     scontrol show job "$2" | grep -q "JobState=PENDING" &&
       ! ps -eo stat=,args= | grep -v "^Z" | grep -q "slurmstepd: \[$2\." && break
+    job_ended "$2" && return
     sleep 0.2
   done
+  t_pending=$(date +%s)
+  while (($(date +%s) <= t_pending)); do sleep 0.1; done
   scontrol update JobId="$2" StartTime=now
+}
+job_ended() {
+  scontrol show job "$1" 2>/dev/null | grep -qE "JobState=(COMPLETED|FAILED|CANCELLED|TIMEOUT|NODE_FAIL)"
 }
 export MNIST_DDP_CKPT="$TMP/pb" MNIST_DDP_LOGS="$TMP/pb-log"
 OUT="$TMP/preempted.out"
@@ -133,7 +147,9 @@ if [[ "$ref_state" == COMPLETED && "$STATE" == COMPLETED ]] &&
    h5diff -q "$TMP/pa/ckpt-00000060.h5" "$TMP/pb/ckpt-00000060.h5" /optimizer /optimizer; then
   pass "preempted_twice_requeued_and_resumed_equals_uninterrupted (h5diff; left: $left)"
 else
-  fail "preemption ref=$ref_state state=$STATE left=$left" "$(grep -E 'received|requeue|resume|preempt|error' "$OUT" | head -20)"
+  fail "preemption ref=$ref_state state=$STATE left=$left" "$(grep -E 'received|requeue|resume|preempt|error' "$OUT" | head -20)" \
+    "--- slurmctld on job $id:" "$(grep -E "JobId=$id\b|job $id\b" "$CL/log/slurmctld.log" | tail -15)" \
+    "--- slurmd:" "$(grep -hiE "revoked|launch.*fail|job $id\b" "$CL"/log/slurmd-node*.log | tail -10)"
 fi
 
 # 7. Failures under srun end the whole job within seconds (--kill-on-bad-exit, the watchdog):
