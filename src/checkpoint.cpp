@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
@@ -214,6 +215,10 @@ std::uint32_t payload_crc(const TrainingState& s) {
     const std::int64_t hook[] = {s.hook_iter, s.hook_rng};
     add(hook, sizeof hook);
   }
+  if (s.loss_scale > 0) {
+    add(&s.loss_scale, sizeof s.loss_scale);
+    add(&s.loss_scale_growth_tracker, sizeof s.loss_scale_growth_tracker);
+  }
   return static_cast<std::uint32_t>(c);
 }
 
@@ -302,6 +307,11 @@ void write_file(const std::string& tmp, const TrainingState& s, const Checkpoint
       for (const auto& [name, data] : s.rank_arrays[static_cast<std::size_t>(r)])
         write_f32(rg.get(), name, {static_cast<int>(data.size())}, data.data());
     }
+  }
+  if (s.loss_scale > 0) {
+    H5Handle g(HDF5_CHECK(H5Gcreate2(f, "amp", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)), H5Gclose);
+    attr_f64(g.get(), "loss_scale", s.loss_scale);
+    attr_i64(g.get(), "growth_tracker", s.loss_scale_growth_tracker);
   }
   attr_u64(f, "payload_crc32", payload_crc(s));
   HDF5_CHECK(H5Fflush(f, H5F_SCOPE_GLOBAL));
@@ -502,6 +512,15 @@ TrainingState load_checkpoint(const std::string& path, const CheckpointLayout& l
       }
       if (any) s.rank_arrays = std::move(ranks);
     }
+    if (H5Lexists(f, "amp", H5P_DEFAULT) > 0) {
+      H5Handle g(HDF5_CHECK(H5Gopen2(f, "amp", H5P_DEFAULT)), H5Gclose);
+      s.loss_scale = read_f64(g.get(), "loss_scale");
+      s.loss_scale_growth_tracker = read_i64(g.get(), "growth_tracker");
+      if (!(std::isfinite(s.loss_scale) && s.loss_scale > 0)) {
+        throw UserError(
+            fmt::format("/amp loss_scale {} is not a positive finite number", s.loss_scale));
+      }
+    }
     if (read_u64(f, "payload_crc32") != payload_crc(s)) {
       throw UserError("payload CRC32 mismatch: the file is corrupt");
     }
@@ -581,12 +600,17 @@ bool broadcast_training_state(Comm& comm, std::optional<TrainingState>& state,
   comm.broadcast(std::span<std::int64_t>(state->num_batches_tracked), 0);
   // Collective: the per-rank hook state. Sizes first, so every rank can allocate; names travel
   // as their bytes packed into int64 words.
-  std::int64_t meta[3] = {static_cast<std::int64_t>(state->rank_arrays.size()), state->hook_iter,
-                          state->hook_rng};
-  comm.broadcast(std::span<std::int64_t>(meta, 3), 0);
+  // The loss scale (a double) travels as its bits.
+  std::int64_t scale_bits = 0;
+  std::memcpy(&scale_bits, &state->loss_scale, sizeof scale_bits);
+  std::int64_t meta[5] = {static_cast<std::int64_t>(state->rank_arrays.size()), state->hook_iter,
+                          state->hook_rng, scale_bits, state->loss_scale_growth_tracker};
+  comm.broadcast(std::span<std::int64_t>(meta, 5), 0);
   state->rank_arrays.resize(static_cast<std::size_t>(meta[0]));
   state->hook_iter = meta[1];
   state->hook_rng = meta[2];
+  std::memcpy(&state->loss_scale, &meta[3], sizeof state->loss_scale);
+  state->loss_scale_growth_tracker = meta[4];
   for (auto& arrays : state->rank_arrays) {
     std::int64_t count = static_cast<std::int64_t>(arrays.size());
     comm.broadcast(std::span<std::int64_t>(&count, 1), 0);

@@ -3,6 +3,7 @@
 #include <memory>
 #include <string>
 
+#include "mnist_ddp/amp.hpp"
 #include "mnist_ddp/check.hpp"
 #include "mnist_ddp/comm.hpp"
 #include "mnist_ddp/device.hpp"
@@ -40,6 +41,9 @@ StepGraphs::StepGraphs(void* stream) : stream_(stream) {
 StepGraphs::~StepGraphs() = default;
 StepRun StepGraphs::run(int, const std::function<void()>&) {
   throw UserError("--cuda-graphs: this mnist_ddp was built without CUDA");
+}
+std::unique_ptr<GradScaler> make_grad_scaler(Ops&, const LossScaleRule&) {
+  throw UserError("--amp: this mnist_ddp was built without CUDA (mixed precision is GPU-only)");
 }
 std::unique_ptr<Ops> make_cuda_ops(bool) {
   throw UserError(

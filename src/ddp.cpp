@@ -40,6 +40,14 @@ void average_gradients(Comm& comm, ConvNet& model) {
   comm.allreduce_avg(model.grads());
 }
 
+void unscale_and_agree(GradScaler& scaler, Comm& comm, std::span<float> grads) {
+  scaler.unscale_and_check(grads);
+  // Collective: every rank skips the step or none does (max of the 0/1 flags), so the replicas
+  // stay identical even where only one rank's gradients overflowed (e.g. under a hook that
+  // does not carry inf through the sum).
+  comm.allreduce(std::span<float>(scaler.found_inf(), 1), ReduceOp::Max);
+}
+
 BnSync make_sync_bn(Comm& comm) {
   BnSync s;
   s.stats = [&comm](int c, double* mean, double* var, double* count) {

@@ -96,6 +96,13 @@ int run(int argc, char** argv, int rank, int world, const MpiLocality& locality,
           "--overlap-engine thread with --local-sgd-start: the communication thread reduces "
           "over the whole job only; use --overlap-engine test for post-local SGD");
     }
+    if (cfg.amp != AmpMode::Off && device == Device::Cpu) {
+      throw UserError(fmt::format(
+          "--amp {}: mixed precision runs on the GPU backend only, and this run is on the CPU{}; "
+          "drop --amp, or run on a GPU with --device cuda",
+          amp_mode_name(cfg.amp),
+          cfg.device == DeviceChoice::Auto ? " (--device auto found no usable GPU)" : ""));
+    }
     if (cfg.sync_bn && device == Device::Cuda) {
       throw UserError(
           "--sync-bn: SyncBatchNorm runs on the CPU backend in this version; use --device cpu");

@@ -97,6 +97,13 @@ Trainer::Trainer(const Config& cfg, Comm& comm, Comm& data_comm, Ops& ops, ConvN
           "the host each step; use --comm nccl for graph replay");
     }
   }
+  if (cfg.amp != AmpMode::Off) {
+    // Mixed precision: bf16 needs no loss scale (fp32's exponent range); fp16 gets the scaler,
+    // whose scale multiplies the loss gradient and whose found-inf flag can skip SGD.
+    if (cfg.amp == AmpMode::Fp16) scaler_ = make_grad_scaler(ops, LossScaleRule{});
+    ops.set_amp(cfg.amp, scaler_ ? scaler_->scale() : nullptr,
+                scaler_ ? scaler_->found_inf() : nullptr);
+  }
   const int max_batch = model.max_batch();
   x_ = Tensor({max_batch, kImagePixels}, ops.device());
   dlogits_ = Tensor({max_batch, kClasses}, ops.device());
@@ -106,6 +113,7 @@ Trainer::Trainer(const Config& cfg, Comm& comm, Comm& data_comm, Ops& ops, ConvN
 
 Trainer::~Trainer() {
   if (cfg_.sync_bn) ops_.set_bn_sync(nullptr);
+  if (cfg_.amp != AmpMode::Off) ops_.set_amp(AmpMode::Off, nullptr, nullptr);
   ops_.free_bytes(reinterpret_cast<std::uint8_t*>(y_));
 }
 
@@ -170,7 +178,10 @@ void Trainer::step_body(const float* x, const std::int32_t* y, int n, Mode mode)
     model_.backward(dlogits_.data(), nullptr);
     average_gradients(data_comm_, model_);
   }
-  sgd_.step_at_step(model_.params(), model_.grads());
+  // --amp fp16: the averaged gradients back to true scale; all ranks agree on inf/NaN.
+  if (scaler_) unscale_and_agree(*scaler_, data_comm_, model_.grads());
+  sgd_.step_at_step(model_.params(), model_.grads());  // a no-op where found_inf (set_amp)
+  if (scaler_) scaler_->update();
   if (local && (step_ - cfg_.local_sgd_start) % cfg_.local_sgd_period == 0) {
     // Collective: PeriodicModelAverager — the global parameter average that bounds how far the
     // node groups drift apart (momentum buffers stay local, as in PyTorch).
@@ -218,9 +229,18 @@ void Trainer::log_window(std::int64_t epoch, double elapsed) {
   const double loss = w[1] > 0 ? w[0] / w[1] : 0.0;
   const double ips =
       elapsed > 0 ? static_cast<double>(step_) * cfg_.batch_size * comm_.size() / elapsed : 0;
-  const std::string line = fmt::format(
-      "epoch {} step {}/{} loss {:.4f} lr {:.5g} {:.0f} img/s comm {}", epoch + 1, step_,
-      total_steps_, loss, last_lr_, ips, fmt_bytes(static_cast<double>(comm_.payload_bytes())));
+  std::string line = fmt::format("epoch {} step {}/{} loss {:.4f} lr {:.5g} {:.0f} img/s comm {}",
+                                 epoch + 1, step_, total_steps_, loss, last_lr_, ips,
+                                 fmt_bytes(static_cast<double>(comm_.payload_bytes())));
+  LossScalerState amp{};
+  if (scaler_) {
+    // Sync (GPU, once per window): the scale and the steps skipped since the last line (every
+    // rank reads the same values: the skip decision was all-reduced).
+    amp = scaler_->state();
+    const std::int64_t skipped = scaler_->take_skipped();
+    skipped_steps_ += skipped;
+    line += fmt::format(" loss-scale {:g} skipped {}", amp.scale, skipped);
+  }
   if (log_.live_progress()) {
     log_.file(line);
   } else {
@@ -234,6 +254,12 @@ void Trainer::log_window(std::int64_t epoch, double elapsed) {
                 {"images_per_s", ips},
                 {"comm_bytes", comm_.payload_bytes()},
                 {"time_s", elapsed}});
+  if (scaler_) {
+    log_.metrics({{"event", "amp"},
+                  {"step", step_},
+                  {"loss_scale", amp.scale},
+                  {"skipped_steps_total", skipped_steps_}});
+  }
   window_loss_ = 0;
   window_images_ = 0;
 }
@@ -248,6 +274,14 @@ void Trainer::resume_from(const TrainingState& s) {
   epoch_ = s.epoch;
   offset_ = s.sample_offset;
   last_checkpoint_step_ = s.step;
+  if (scaler_ && s.loss_scale > 0) {
+    scaler_->set_state(LossScalerState{static_cast<float>(s.loss_scale),
+                                       static_cast<std::int32_t>(s.loss_scale_growth_tracker)});
+  } else if (scaler_) {
+    log_.info(
+        "resume: the checkpoint has no loss scale (trained without --amp fp16); starting "
+        "the scaler at 65536");
+  }
   if (PowerSgd* p = reducer_ ? reducer_->powersgd() : nullptr) {
     const std::int64_t iter = s.hook_iter >= 0 ? s.hook_iter : s.step;
     if (s.rank_arrays.size() == static_cast<std::size_t>(comm_.size())) {
@@ -301,6 +335,11 @@ TrainingState Trainer::state() const {
   if (PowerSgd* p = reducer_ ? reducer_->powersgd() : nullptr) {
     s.hook_iter = p->iter();
     s.hook_rng = p->rng_state();
+  }
+  if (scaler_) {
+    const LossScalerState a = scaler_->state();
+    s.loss_scale = a.scale;
+    s.loss_scale_growth_tracker = a.growth_tracker;
   }
   return s;
 }

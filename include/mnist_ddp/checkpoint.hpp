@@ -16,6 +16,7 @@
 //   /rank             attrs: hook_iter, hook_rng (PowerSGD's step counter and generator state)
 //   /rank/<r>/<name>  float32 1-D per-rank state: PowerSGD's error feedback (powersgd_error_<b>)
 //                     and Q (powersgd_q_<b>) of bucket b; empty groups for the other hooks
+//   /amp              attrs: loss_scale, growth_tracker (only when trained with --amp fp16)
 #pragma once
 
 #include <cstdint>
@@ -52,6 +53,9 @@ struct TrainingState {
   std::vector<std::vector<std::pair<std::string, std::vector<float>>>> rank_arrays;
   std::int64_t hook_iter = -1;  // PowerSGD's step counter; -1: written without PowerSGD
   std::int64_t hook_rng = 0;
+  // --amp fp16's loss scaler (/amp); loss_scale 0: written without one.
+  double loss_scale = 0;
+  std::int64_t loss_scale_growth_tracker = 0;
 };
 
 // The names and shapes of the model's tensors (from ConvNet) that the file must match.

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <string>
 
+#include "mnist_ddp/amp.hpp"
 #include "mnist_ddp/compress.hpp"
 #include "mnist_ddp/device.hpp"
 #include "mnist_ddp/optimizer.hpp"
@@ -41,6 +42,7 @@ struct Config {
   CommChoice comm = CommChoice::Auto;  // auto: NCCL on cuda, MPI on cpu
   bool tf32 = true;                    // TF32 tensor cores on the GPU (PyTorch's cuDNN default)
   bool cuda_graphs = true;             // capture + replay the GPU training step
+  AmpMode amp = AmpMode::Off;          // mixed precision (GPU): fp16 + loss scaling, or bf16
   int threads = 1;  // BLAS threads per rank; 0: usable cores / ranks on this node
   std::string log_dir = "logging";
   std::string checkpoint_dir = "checkpoints";

@@ -4,7 +4,9 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 
+#include "mnist_ddp/amp.hpp"
 #include "mnist_ddp/comm.hpp"
 #include "mnist_ddp/model.hpp"
 
@@ -18,6 +20,10 @@ void broadcast_model(Comm& comm, ConvNet& model, Comm& host_comm);
 void broadcast_buffers(Comm& comm, ConvNet& model, Comm& host_comm);
 // grads = sum over ranks / world, one all-reduce of the whole arena.
 void average_gradients(Comm& comm, ConvNet& model);
+
+// --amp fp16, between the gradient average and the optimizer step: grads *= 1/scale, then the
+// found-inf flag all-reduced (max) over comm, so every rank skips the step or none does.
+void unscale_and_agree(GradScaler& scaler, Comm& comm, std::span<float> grads);
 
 // FNV-1a 64 over the bytes of the parameters (BN buffers are rank-local between broadcasts);
 // read from backend memory through the model's Ops.

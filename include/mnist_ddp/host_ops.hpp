@@ -41,6 +41,8 @@ class HostOps : public Ops {
   double take_loss_sum() override;
   void* stream() const override { return nullptr; }
   void set_bn_sync(const BnSync* sync) override { bn_sync_ = sync; }
+  // Mixed precision is a GPU feature: anything but Off is a UserError here.
+  void set_amp(AmpMode mode, const float* loss_scale, const float* skip_step) override;
 
  protected:
   const BnSync* bn_sync_ = nullptr;  // for the layout-specific BN ops of the derived backends

@@ -16,6 +16,7 @@
 #include <memory>
 #include <span>
 
+#include "mnist_ddp/amp.hpp"
 #include "mnist_ddp/cpu_ops.hpp"
 #include "mnist_ddp/dataset.hpp"
 #include "mnist_ddp/device.hpp"
@@ -108,6 +109,13 @@ class Ops {
   // SyncBatchNorm (--sync-bn): the training-mode BN ops call these exchanges (cpu_ops.hpp);
   // nullptr turns it off. The caller keeps *sync alive while set.
   virtual void set_bn_sync(const BnSync* sync) = 0;
+  // Mixed precision (--amp; the CUDA backend, a UserError elsewhere unless Off). fp16/bf16:
+  // convolutions and fc GEMMs read 16-bit copies of their inputs and weights and accumulate in
+  // fp32 (conv outputs are rounded to 16 bits, as autocast's are); BN, loss, SGD stay fp32 on
+  // fp32 master weights. loss_scale (device float, or nullptr): the loss gradient of
+  // accumulate_loss is multiplied by it. skip_step (device float, or nullptr): sgd_step_at_step
+  // leaves parameters and momentum untouched where it is != 0. Both must outlive the setting.
+  virtual void set_amp(AmpMode mode, const float* loss_scale, const float* skip_step) = 0;
 };
 
 enum class CpuKernels { OneDnn, Reference };

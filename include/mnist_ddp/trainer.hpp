@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "mnist_ddp/amp.hpp"
 #include "mnist_ddp/checkpoint.hpp"
 #include "mnist_ddp/cli.hpp"
 #include "mnist_ddp/comm.hpp"
@@ -90,6 +91,8 @@ class Trainer {
   Sgd sgd_;
   std::unique_ptr<Reducer> reducer_;  // host-memory backends; the GPU path averages after backward
   std::unique_ptr<StepGraphs> graphs_;  // GPU with a capturable data communicator
+  std::unique_ptr<GradScaler> scaler_;  // --amp fp16: the dynamic loss scale (on the GPU)
+  std::int64_t skipped_steps_ = 0;      // --amp fp16: steps skipped on inf/NaN in this run
   std::int64_t replays_ = 0;            // steps run as a graph replay
   BnSync bn_sync_;                      // --sync-bn exchanges (set on ops_ while alive)
   LrConfig lr_;

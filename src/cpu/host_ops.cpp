@@ -3,6 +3,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <string>
 
 #include "mnist_ddp/check.hpp"
 #include "mnist_ddp/cpu_ops.hpp"
@@ -51,6 +52,14 @@ void HostOps::load_dataset(int slot, const Dataset& d) {
   MNIST_DDP_CHECK(slot == kTrain || slot == kTest, "dataset slot");
   data_[slot] = &d;
 }
+void HostOps::set_amp(AmpMode mode, const float*, const float*) {
+  if (mode != AmpMode::Off) {
+    throw UserError(std::string("--amp ") + amp_mode_name(mode) +
+                    ": mixed precision runs on the GPU backend only; this run is on the CPU "
+                    "(drop --amp, or run with --device cuda)");
+  }
+}
+
 void HostOps::set_order(int slot, std::span<const std::int64_t> order) {
   MNIST_DDP_CHECK(slot == kTrain || slot == kTest, "dataset slot");
   order_[slot].assign(order.begin(), order.end());

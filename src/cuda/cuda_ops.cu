@@ -11,6 +11,9 @@
 // stream with events (Comm::bind_stream). The values that change per step (batch offset, lr) are
 // copied into device memory before the step (set_step_scalars), and the training loss is summed
 // on the device, so nothing inside a step needs the host.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <map>
@@ -183,7 +186,7 @@ __global__ void column_sums_kernel(int n, int out, const float* dy, float* db) {
 // One thread per row: loss, gradient and top-k counts (k = 1 and 5 together).
 __global__ void softmax_xent_kernel(int n, int classes, const float* z, const std::int32_t* labels,
                                     float* dz, double grad_scale, double* loss, int* top1,
-                                    int* top5) {
+                                    int* top5, const float* loss_scale) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= n) return;
   const float* zi = z + static_cast<long>(i) * classes;
@@ -199,6 +202,8 @@ __global__ void softmax_xent_kernel(int n, int classes, const float* z, const st
   if (greater < 1) atomicAdd(top1, 1);
   if (greater < 5) atomicAdd(top5, 1);
   if (dz != nullptr) {
+    // --amp fp16: the gradient of the scaled loss (the scale lives on the device).
+    if (loss_scale != nullptr) grad_scale *= static_cast<double>(*loss_scale);
     for (int k = 0; k < classes; ++k) {
       const double p = exp(zi[k] - lse);
       dz[static_cast<long>(i) * classes + k] =
@@ -216,10 +221,12 @@ struct DeviceScalars {
 
 // at != nullptr: lr and the first-step flag come from device memory (a captured step).
 __global__ void sgd_kernel(std::size_t n, float* p, const float* g, float* buf, float lr, float mom,
-                           float damp, float wd, bool nesterov, bool first,
-                           const DeviceScalars* at) {
+                           float damp, float wd, bool nesterov, bool first, const DeviceScalars* at,
+                           const float* skip) {
   const std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
   if (i >= n) return;
+  // --amp fp16: a step whose gradients held inf/NaN (on any rank) changes nothing.
+  if (skip != nullptr && *skip != 0.f) return;
   if (at != nullptr) {
     lr = at->lr;
     first = at->first_step != 0;
@@ -247,6 +254,34 @@ __global__ void gather_kernel(const std::uint8_t* images, const std::uint8_t* la
   if (p == 0) y[b] = labels[idx];
 }
 
+// ---- mixed precision (--amp): fp32 <-> 16-bit copies
+// ---------------------------------------------
+
+__device__ __half to16(float v, __half*) {
+  return __float2half_rn(v);
+}
+__device__ __nv_bfloat16 to16(float v, __nv_bfloat16*) {
+  return __float2bfloat16_rn(v);
+}
+__device__ float from16(__half v) {
+  return __half2float(v);
+}
+__device__ float from16(__nv_bfloat16 v) {
+  return __bfloat162float(v);
+}
+
+// y[i] = x[i] rounded to nearest even in T (fp16 overflows to inf, which the scaler catches).
+template <typename T>
+__global__ void to16_kernel(std::size_t n, const float* x, T* y) {
+  const std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
+  if (i < n) y[i] = to16(x[i], static_cast<T*>(nullptr));
+}
+template <typename T>
+__global__ void from16_kernel(std::size_t n, const T* x, float* y) {
+  const std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
+  if (i < n) y[i] = from16(x[i]);
+}
+
 // ---- cuDNN convolution plans ------------------------------------------------------------------
 
 // The first usable, deterministic entry of a cuDNN heuristics list (best first), else the first.
@@ -259,20 +294,38 @@ const Perf& pick_deterministic(const Perf* perf, int found) {
   return perf[0];
 }
 
+// One convolution shape in one precision. x/y/w describe the data cuDNN reads and writes (fp32,
+// or the 16-bit copies under --amp); yf is the fp32 output the bias is added to and taken from.
 struct ConvPlan {
-  cudnnTensorDescriptor_t x = nullptr, y = nullptr, bias = nullptr;
+  cudnnTensorDescriptor_t x = nullptr, y = nullptr, yf = nullptr, bias = nullptr;
   cudnnFilterDescriptor_t w = nullptr;
   cudnnConvolutionDescriptor_t conv = nullptr;
   cudnnConvolutionFwdAlgo_t fwd{};
   cudnnConvolutionBwdDataAlgo_t bwd_data{};
   cudnnConvolutionBwdFilterAlgo_t bwd_filter{};
   std::size_t workspace = 0;
+  // --amp: 16-bit copies, owned by the plan so their addresses never change (graph replay).
+  bool half = false;
+  std::size_t x_elems = 0, y_elems = 0, w_elems = 0;
+  void *hx = nullptr, *hdx = nullptr, *hy = nullptr, *hdy = nullptr, *hw = nullptr, *hdw = nullptr;
   ~ConvPlan() {
     if (x) cudnnDestroyTensorDescriptor(x);
     if (y) cudnnDestroyTensorDescriptor(y);
+    if (yf) cudnnDestroyTensorDescriptor(yf);
     if (bias) cudnnDestroyTensorDescriptor(bias);
     if (w) cudnnDestroyFilterDescriptor(w);
     if (conv) cudnnDestroyConvolutionDescriptor(conv);
+    for (void* p : {hx, hdx, hy, hdy, hw, hdw})
+      if (p) cudaFree(p);
+  }
+};
+
+// --amp: the fc layer's 16-bit copies for one (n, in, out), owned like ConvPlan's.
+struct LinearScratch {
+  void *x = nullptr, *w = nullptr, *dy = nullptr;
+  ~LinearScratch() {
+    for (void* p : {x, w, dy})
+      if (p) cudaFree(p);
   }
 };
 
@@ -302,6 +355,7 @@ class CudaOps final : public Ops {
   }
   ~CudaOps() override {
     plans_.clear();
+    linear_.clear();
     if (workspace_) cudaFree(workspace_);
     for (void* p : retired_) cudaFree(p);
     for (auto* p : {dev_images_[0], dev_images_[1], dev_labels_[0], dev_labels_[1]})
@@ -325,24 +379,54 @@ class CudaOps final : public Ops {
                       float* y) override {
     ConvPlan& p = plan(g);
     const float one = 1.f, zero = 0.f;
-    CUDNN_CHECK(cudnnConvolutionForward(cudnn_, &one, p.x, x, p.w, w, p.conv, p.fwd, workspace_,
-                                        workspace_bytes_, &zero, p.y, y));
-    CUDNN_CHECK(cudnnAddTensor(cudnn_, &one, p.bias, b, &one, p.y, y));
+    if (p.half) {
+      // Autocast: 16-bit input and weights, fp32 accumulation, the output rounded to 16 bits.
+      cast_to16(x, p.hx, p.x_elems);
+      cast_to16(w, p.hw, p.w_elems);
+      CUDNN_CHECK(cudnnConvolutionForward(cudnn_, &one, p.x, p.hx, p.w, p.hw, p.conv, p.fwd,
+                                          workspace_, workspace_bytes_, &zero, p.y, p.hy));
+      cast_from16(p.hy, y, p.y_elems);
+    } else {
+      CUDNN_CHECK(cudnnConvolutionForward(cudnn_, &one, p.x, x, p.w, w, p.conv, p.fwd, workspace_,
+                                          workspace_bytes_, &zero, p.y, y));
+    }
+    CUDNN_CHECK(cudnnAddTensor(cudnn_, &one, p.bias, b, &one, p.yf, y));
   }
   void conv2d_backward_filter(const ConvGeom& g, const float* x, const float* dy, float* dw,
                               float* db) override {
     ConvPlan& p = plan(g);
     const float one = 1.f, zero = 0.f;
-    CUDNN_CHECK(cudnnConvolutionBackwardFilter(cudnn_, &one, p.x, x, p.y, dy, p.conv, p.bwd_filter,
-                                               workspace_, workspace_bytes_, &zero, p.w, dw));
-    CUDNN_CHECK(cudnnConvolutionBackwardBias(cudnn_, &one, p.y, dy, &zero, p.bias, db));
+    if (p.half) {
+      // The weight gradient is produced in 16 bits (an fp16 overflow becomes inf: the scaler
+      // skips the step) and widened into the fp32 gradient arena.
+      cast_to16(x, p.hx, p.x_elems);
+      cast_to16(dy, p.hdy, p.y_elems);
+      CUDNN_CHECK(cudnnConvolutionBackwardFilter(cudnn_, &one, p.x, p.hx, p.y, p.hdy, p.conv,
+                                                 p.bwd_filter, workspace_, workspace_bytes_, &zero,
+                                                 p.w, p.hdw));
+      cast_from16(p.hdw, dw, p.w_elems);
+    } else {
+      CUDNN_CHECK(cudnnConvolutionBackwardFilter(cudnn_, &one, p.x, x, p.y, dy, p.conv,
+                                                 p.bwd_filter, workspace_, workspace_bytes_, &zero,
+                                                 p.w, dw));
+    }
+    CUDNN_CHECK(cudnnConvolutionBackwardBias(cudnn_, &one, p.yf, dy, &zero, p.bias, db));
   }
   void conv2d_backward_data(const ConvGeom& g, const float* w, const float* dy,
                             float* dx) override {
     ConvPlan& p = plan(g);
     const float one = 1.f, zero = 0.f;
-    CUDNN_CHECK(cudnnConvolutionBackwardData(cudnn_, &one, p.w, w, p.y, dy, p.conv, p.bwd_data,
-                                             workspace_, workspace_bytes_, &zero, p.x, dx));
+    if (p.half) {
+      cast_to16(w, p.hw, p.w_elems);
+      cast_to16(dy, p.hdy, p.y_elems);
+      CUDNN_CHECK(cudnnConvolutionBackwardData(cudnn_, &one, p.w, p.hw, p.y, p.hdy, p.conv,
+                                               p.bwd_data, workspace_, workspace_bytes_, &zero, p.x,
+                                               p.hdx));
+      cast_from16(p.hdx, dx, p.x_elems);
+    } else {
+      CUDNN_CHECK(cudnnConvolutionBackwardData(cudnn_, &one, p.w, w, p.y, dy, p.conv, p.bwd_data,
+                                               workspace_, workspace_bytes_, &zero, p.x, dx));
+    }
   }
   void batchnorm_stats(int c, int n, int hw, const float* x, double eps, double momentum,
                        float* save_mean, float* save_invstd, float* running_mean,
@@ -385,8 +469,18 @@ class CudaOps final : public Ops {
                       float* y) override {
     // Row-major y[N][out] = x[N][in] w[out][in]^T is column-major y^T = w x^T.
     const float one = 1.f, zero = 0.f;
-    CUBLAS_CHECK(cublasSgemm(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, out, n, in, &one, w, in, x, in,
-                             &zero, y, out));
+    if (amp_ != AmpMode::Off) {
+      // Autocast: 16-bit x[N][in] and w[out][in], fp32 accumulation into the fp32 y.
+      LinearScratch& l = linear_scratch(n, in, out);
+      cast_to16(x, l.x, static_cast<std::size_t>(n) * in);
+      cast_to16(w, l.w, static_cast<std::size_t>(out) * in);
+      CUBLAS_CHECK(cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, out, n, in, &one, l.w, t16(), in,
+                                l.x, t16(), in, &zero, y, CUDA_R_32F, out, CUBLAS_COMPUTE_32F,
+                                CUBLAS_GEMM_DEFAULT));
+    } else {
+      CUBLAS_CHECK(cublasSgemm(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, out, n, in, &one, w, in, x, in,
+                               &zero, y, out));
+    }
     add_row_bias_kernel<<<blocks_for(static_cast<std::size_t>(n) * out), kThreads, 0, stream_>>>(
         n, out, b, y);
     CUDA_CHECK(cudaGetLastError());
@@ -394,6 +488,24 @@ class CudaOps final : public Ops {
   void linear_backward(int n, int in, int out, const float* x, const float* w, const float* dy,
                        float* dx, float* dw, float* db) override {
     const float one = 1.f, zero = 0.f;
+    if (amp_ != AmpMode::Off) {
+      // The same products on 16-bit copies of x, w and dy[N][out], fp32 accumulation and output.
+      LinearScratch& l = linear_scratch(n, in, out);
+      cast_to16(x, l.x, static_cast<std::size_t>(n) * in);
+      cast_to16(w, l.w, static_cast<std::size_t>(out) * in);
+      cast_to16(dy, l.dy, static_cast<std::size_t>(n) * out);
+      CUBLAS_CHECK(cublasGemmEx(cublas_, CUBLAS_OP_N, CUBLAS_OP_T, in, out, n, &one, l.x, t16(), in,
+                                l.dy, t16(), out, &zero, dw, CUDA_R_32F, in, CUBLAS_COMPUTE_32F,
+                                CUBLAS_GEMM_DEFAULT));
+      column_sums_kernel<<<blocks_for(out), kThreads, 0, stream_>>>(n, out, dy, db);
+      CUDA_CHECK(cudaGetLastError());
+      if (dx != nullptr) {
+        CUBLAS_CHECK(cublasGemmEx(cublas_, CUBLAS_OP_N, CUBLAS_OP_N, in, n, out, &one, l.w, t16(),
+                                  in, l.dy, t16(), out, &zero, dx, CUDA_R_32F, in,
+                                  CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+      }
+      return;
+    }
     // dw[out][in] = dy^T x: column-major dw^T (in x out) = x^T (in x N) * dy (N x out).
     CUBLAS_CHECK(cublasSgemm(cublas_, CUBLAS_OP_N, CUBLAS_OP_T, in, out, n, &one, x, in, dy, out,
                              &zero, dw, in));
@@ -435,14 +547,14 @@ class CudaOps final : public Ops {
     sgd_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(
         n, p, g, buf, static_cast<float>(s.lr), static_cast<float>(s.momentum),
         static_cast<float>(1.0 - s.dampening), static_cast<float>(s.weight_decay), s.nesterov,
-        first_step, nullptr);
+        first_step, nullptr, nullptr);
     CUDA_CHECK(cudaGetLastError());
   }
   void sgd_step_at_step(std::size_t n, float* p, const float* g, float* buf,
                         const SgdParams& s) override {
     sgd_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(
         n, p, g, buf, 0.f, static_cast<float>(s.momentum), static_cast<float>(1.0 - s.dampening),
-        static_cast<float>(s.weight_decay), s.nesterov, false, dev_scalars_);
+        static_cast<float>(s.weight_decay), s.nesterov, false, dev_scalars_, skip_step_);
     CUDA_CHECK(cudaGetLastError());
   }
   void set_step_scalars(const StepScalars& s) override {
@@ -465,7 +577,7 @@ class CudaOps final : public Ops {
                        float* dlogits, double grad_scale) override {
     softmax_xent_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(
         n, classes, logits, labels, dlogits, grad_scale, loss_sum_, xent_counts_scratch(),
-        xent_counts_scratch() + 1);
+        xent_counts_scratch() + 1, loss_scale_);
     CUDA_CHECK(cudaGetLastError());
   }
   double take_loss_sum() override {
@@ -476,6 +588,11 @@ class CudaOps final : public Ops {
     return s;
   }
   void* stream() const override { return stream_; }
+  void set_amp(AmpMode mode, const float* loss_scale, const float* skip_step) override {
+    amp_ = mode;
+    loss_scale_ = loss_scale;
+    skip_step_ = skip_step;
+  }
   void set_bn_sync(const BnSync* sync) override {
     if (sync != nullptr) {
       throw UserError("--sync-bn: SyncBatchNorm runs on the CPU backend in this version");
@@ -539,6 +656,42 @@ class CudaOps final : public Ops {
         dev_images_[slot], dev_labels_[slot], dev_order_[slot], offset, n, a, c, x, y, at);
     CUDA_CHECK(cudaGetLastError());
   }
+  // --amp: the 16-bit element type, and fp32 <-> 16-bit copies on the stream.
+  cudaDataType_t t16() const { return amp_ == AmpMode::Bf16 ? CUDA_R_16BF : CUDA_R_16F; }
+  void cast_to16(const float* x, void* y, std::size_t n) {
+    if (amp_ == AmpMode::Bf16) {
+      to16_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(n, x, static_cast<__nv_bfloat16*>(y));
+    } else {
+      to16_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(n, x, static_cast<__half*>(y));
+    }
+    CUDA_CHECK(cudaGetLastError());
+  }
+  void cast_from16(const void* x, float* y, std::size_t n) {
+    if (amp_ == AmpMode::Bf16) {
+      from16_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(
+          n, static_cast<const __nv_bfloat16*>(x), y);
+    } else {
+      from16_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(n, static_cast<const __half*>(x), y);
+    }
+    CUDA_CHECK(cudaGetLastError());
+  }
+  void* alloc16(std::size_t n) {
+    void* p = nullptr;
+    CUDA_CHECK(cudaMalloc(&p, std::max<std::size_t>(1, n) * 2));
+    return p;
+  }
+  LinearScratch& linear_scratch(int n, int in, int out) {
+    const auto key = std::make_tuple(n, in, out, static_cast<int>(amp_));
+    auto it = linear_.find(key);
+    if (it != linear_.end()) return *it->second;
+    // Allocated on a size's first (eager) step, before any capture of it.
+    auto l = std::make_unique<LinearScratch>();
+    l->x = alloc16(static_cast<std::size_t>(n) * in);
+    l->w = alloc16(static_cast<std::size_t>(out) * in);
+    l->dy = alloc16(static_cast<std::size_t>(n) * out);
+    return *linear_.emplace(key, std::move(l)).first->second;
+  }
+
   // Top-k counters the training loss kernel writes and nobody reads.
   int* xent_counts_scratch() { return reinterpret_cast<int*>(static_cast<char*>(scalars_) + 16); }
 
@@ -548,32 +701,52 @@ class CudaOps final : public Ops {
     auto* loss = reinterpret_cast<double*>(scalars_);
     auto* counts = reinterpret_cast<int*>(reinterpret_cast<char*>(scalars_) + 8);
     softmax_xent_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(
-        n, classes, logits, labels, dlogits, grad_scale, loss, counts, counts + 1);
+        n, classes, logits, labels, dlogits, grad_scale, loss, counts, counts + 1, nullptr);
     CUDA_CHECK(cudaGetLastError());
   }
 
   ConvPlan& plan(const ConvGeom& g) {
-    const auto key = std::make_tuple(g.n, g.c, g.h, g.w, g.k, g.r, g.pad);
+    const auto key = std::make_tuple(g.n, g.c, g.h, g.w, g.k, g.r, g.pad, static_cast<int>(amp_));
     auto it = plans_.find(key);
     if (it != plans_.end()) return *it->second;
     auto p = std::make_unique<ConvPlan>();
+    // --amp: 16-bit data with fp32 compute (cuDNN's PSEUDO_HALF / PSEUDO_BFLOAT16 configuration).
+    const cudnnDataType_t dt = amp_ == AmpMode::Fp16   ? CUDNN_DATA_HALF
+                               : amp_ == AmpMode::Bf16 ? CUDNN_DATA_BFLOAT16
+                                                       : CUDNN_DATA_FLOAT;
     CUDNN_CHECK(cudnnCreateTensorDescriptor(&p->x));
     CUDNN_CHECK(cudnnCreateTensorDescriptor(&p->y));
+    CUDNN_CHECK(cudnnCreateTensorDescriptor(&p->yf));
     CUDNN_CHECK(cudnnCreateTensorDescriptor(&p->bias));
     CUDNN_CHECK(cudnnCreateFilterDescriptor(&p->w));
     CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&p->conv));
+    CUDNN_CHECK(cudnnSetTensor4dDescriptor(p->x, CUDNN_TENSOR_NCHW, dt, g.n, g.c, g.h, g.w));
     CUDNN_CHECK(
-        cudnnSetTensor4dDescriptor(p->x, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, g.n, g.c, g.h, g.w));
-    CUDNN_CHECK(cudnnSetTensor4dDescriptor(p->y, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, g.n, g.k,
+        cudnnSetTensor4dDescriptor(p->y, CUDNN_TENSOR_NCHW, dt, g.n, g.k, g.out_h(), g.out_w()));
+    CUDNN_CHECK(cudnnSetTensor4dDescriptor(p->yf, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, g.n, g.k,
                                            g.out_h(), g.out_w()));
     CUDNN_CHECK(
         cudnnSetTensor4dDescriptor(p->bias, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 1, g.k, 1, 1));
-    CUDNN_CHECK(
-        cudnnSetFilter4dDescriptor(p->w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, g.k, g.c, g.r, g.r));
+    CUDNN_CHECK(cudnnSetFilter4dDescriptor(p->w, dt, CUDNN_TENSOR_NCHW, g.k, g.c, g.r, g.r));
     CUDNN_CHECK(cudnnSetConvolution2dDescriptor(p->conv, g.pad, g.pad, 1, 1, 1, 1,
                                                 CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
-    // TF32 tensor cores (cuDNN's default math on Ampere+) unless --tf32 off.
-    CUDNN_CHECK(cudnnSetConvolutionMathType(p->conv, tf32_ ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH));
+    // TF32 tensor cores (cuDNN's default math on Ampere+) unless --tf32 off; 16-bit data on
+    // tensor cores.
+    CUDNN_CHECK(cudnnSetConvolutionMathType(
+        p->conv, dt != CUDNN_DATA_FLOAT ? CUDNN_TENSOR_OP_MATH
+                                        : (tf32_ ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH)));
+    if (dt != CUDNN_DATA_FLOAT) {
+      p->half = true;
+      p->x_elems = static_cast<std::size_t>(g.n) * g.c * g.h * g.w;
+      p->y_elems = static_cast<std::size_t>(g.n) * g.k * g.out_h() * g.out_w();
+      p->w_elems = static_cast<std::size_t>(g.k) * g.c * g.r * g.r;
+      p->hx = alloc16(p->x_elems);
+      p->hdx = alloc16(p->x_elems);
+      p->hy = alloc16(p->y_elems);
+      p->hdy = alloc16(p->y_elems);
+      p->hw = alloc16(p->w_elems);
+      p->hdw = alloc16(p->w_elems);
+    }
     // Algorithm choice once per shape, from cuDNN's heuristics (best first): the best
     // deterministic one, so a run is bitwise reproducible (and graph replay provably equals
     // eager launches); the heuristics' first choice when none is deterministic.
@@ -624,7 +797,11 @@ class CudaOps final : public Ops {
   std::vector<void*> retired_;  // outgrown workspaces
   void* scalars_ = nullptr;     // [0]: double loss sum; [8]: int top-1, [12]: int top-5; [16..24)
   double* bn_sums_ = nullptr;   // [2*C]: sum(g), sum(g*(x-mean)) of the BN backward
-  std::map<std::tuple<int, int, int, int, int, int, int>, std::unique_ptr<ConvPlan>> plans_;
+  std::map<std::tuple<int, int, int, int, int, int, int, int>, std::unique_ptr<ConvPlan>> plans_;
+  std::map<std::tuple<int, int, int, int>, std::unique_ptr<LinearScratch>> linear_;
+  AmpMode amp_ = AmpMode::Off;
+  const float* loss_scale_ = nullptr;  // device: --amp fp16's loss scale (GradScaler)
+  const float* skip_step_ = nullptr;   // device: != 0 where this step's SGD is skipped
   std::uint8_t* dev_images_[2] = {nullptr, nullptr};
   std::uint8_t* dev_labels_[2] = {nullptr, nullptr};
   std::int64_t* dev_order_[2] = {nullptr, nullptr};

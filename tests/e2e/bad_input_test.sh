@@ -52,6 +52,8 @@ expect_error cpu_kernels_unknown "--cpu-kernels" --cpu-kernels gpu
 expect_error comm_unknown "--comm" --comm tcp
 expect_error tf32_unknown "--tf32" --tf32 maybe
 expect_error threads_negative "--threads" --threads -1
+expect_error amp_on_cpu "--amp fp16: mixed precision runs on the GPU backend only" --data "$TMP/fx/valid" --device cpu --amp fp16
+expect_error amp_unknown "--amp" --amp fp8
 # The checkpoint test seam refuses values it does not know instead of ignoring them.
 export MNIST_DDP_TEST_FAIL_CHECKPOINT=bogus
 expect_error unknown_test_seam_value "MNIST_DDP_TEST_FAIL_CHECKPOINT=bogus" --data "$TMP/fx/valid" --batch-size 8 --eval-batch-size 8 --max-steps 1

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # gpu_test.sh — the GPU backend end to end (skips with the reason without a GPU): 1 epoch on the
 # GPU reaches the accuracy bar, NCCL with one rank, 2 ranks sharing the GPU with --comm mpi, and a
-# checkpoint moving GPU -> CPU -> GPU.
+# checkpoint moving GPU -> CPU -> GPU, CUDA graph replay equal to eager, and --amp fp16/bf16.
 source "$(dirname "$0")/lib.sh"
 DATA="$REPO/data/dataset"
 if ! "$BIN" --device cuda --print-env >/dev/null 2>&1; then
@@ -48,4 +48,27 @@ if grep -q "CUDA graphs: 2 captured" "$TMP/cg_on.out" && [[ "$same" == identical
   pass "cuda_graphs_replay_equals_eager ($(grep -o 'CUDA graphs: .*' "$TMP/cg_on.out"))"
 else
   fail "cuda_graphs_replay_equals_eager: $same" "$(grep -h 'CUDA graphs\|error' "$TMP"/cg_*.out)"
+fi
+
+# Mixed precision: one epoch in fp16 (dynamic loss scale) and in bf16 reaches the accuracy bar;
+# fp16 logs its scale and checkpoints it in /amp, and a resumed fp16 run continues from it.
+for m in fp16 bf16; do
+  run "amp_$m" 600 "$BIN" --device cuda --amp "$m" --data "$DATA" --epochs 1 --log-every 100 --progress off --log-dir "$TMP/amp_$m" --checkpoint-dir "$TMP/amp_$m"
+  top1=$(grep -o "done: .* test top-1 [0-9.]*%" "$OUT" | grep -o "[0-9.]*%$" | tr -d %)
+  extra=ok
+  if [[ $m == fp16 ]]; then
+    grep -q "loss-scale [0-9]* skipped [0-9]*" "$OUT" || extra="no loss-scale in the progress lines"
+    python3 -c "import glob,h5py,sys; f=h5py.File(sorted(glob.glob(sys.argv[1]+'/ckpt-*.h5'))[-1]); a=f['amp'].attrs; sys.exit(0 if a['loss_scale']>0 else 1)" "$TMP/amp_$m" 2>/dev/null || extra="no /amp loss_scale in the checkpoint"
+  fi
+  if [[ $RC -eq 0 && -n "$top1" && $extra == ok ]] && (( $(echo "$top1 >= $bar" | bc) )); then
+    pass "amp_${m}_one_epoch top-1 ${top1}% ($(grep -o 'at [0-9]* img/s' "$OUT"); $(grep -o 'loss-scale [0-9]* skipped [0-9]*' "$OUT" | tail -1))"
+  else
+    fail "amp_$m rc=$RC top1=$top1 ($extra)" "$(show)"
+  fi
+done
+run amp_resume 300 "$BIN" --device cuda --amp fp16 --data "$DATA" --epochs 2 --max-steps 700 --log-every 50 --resume auto --progress off --log-dir "$TMP/amp_fp16" --checkpoint-dir "$TMP/amp_fp16"
+if [[ $RC -eq 0 ]] && grep -q "^resume: " "$OUT" && grep -q "done: 700 steps" "$OUT" && ! grep -q "no loss scale" "$OUT"; then
+  pass "amp_fp16_resume_keeps_the_scale"
+else
+  fail "amp_fp16_resume rc=$RC" "$(show)"
 fi

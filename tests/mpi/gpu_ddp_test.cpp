@@ -5,8 +5,10 @@
 #include <mpi.h>
 
 #include <cmath>
+#include <span>
 #include <vector>
 
+#include "mnist_ddp/amp.hpp"
 #include "mnist_ddp/comm.hpp"
 #include "mnist_ddp/ddp.hpp"
 #include "mnist_ddp/device.hpp"
@@ -69,6 +71,51 @@ TEST(GpuDdp, SharedGpuAveragedGradientEqualsUnionBatch) {
   }
   if (rank == 0)
     std::printf("GPU --comm mpi: max |avg grad - union grad| = %.3g over %d ranks\n", worst, world);
+}
+
+// --amp fp16: an inf on one rank only (as under a hook whose sum does not carry it) still makes
+// every rank skip the step and back the scale off, so the replicas stay identical.
+TEST(GpuDdp, AmpSkipIsAgreedAcrossRanks) {
+  if (!cuda_built()) GTEST_SKIP() << "built without CUDA (USE_CUDA=0)";
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU visible (no driver or none installed)";
+  int rank = 0, world = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  if (world < 2) GTEST_SKIP() << "needs mpirun -np 2 or more";
+  use_cuda_device(choose_gpu(rank, world, cuda_device_count(), false));
+  auto ops = make_cuda_ops(/*tf32=*/false);
+  auto staged = make_host_staged_comm();
+  auto scaler = make_grad_scaler(*ops, LossScaleRule{});
+  ops->set_amp(AmpMode::Fp16, scaler->scale(), scaler->found_inf());
+  constexpr std::size_t kN = 256;
+  Tensor params({static_cast<int>(kN)}, Device::Cuda), grads({static_cast<int>(kN)}, Device::Cuda),
+      momentum({static_cast<int>(kN)}, Device::Cuda);
+  std::vector<float> p(kN, 1.f), g(kN, 65536.f * 0.25f), after(kN);
+  ops->upload(p.data(), params.data(), kN * sizeof(float));
+  SgdParams s;
+  s.momentum = 0.9;
+  for (const bool overflow : {true, false}) {
+    std::vector<float> mine = g;
+    if (overflow && rank == world - 1) mine[7] = INFINITY;
+    ops->upload(mine.data(), grads.data(), kN * sizeof(float));
+    ops->set_step_scalars({0, 0.5, !overflow});
+    unscale_and_agree(*scaler, *staged, std::span<float>(grads.data(), kN));
+    float found = -1;
+    ops->download(scaler->found_inf(), &found, sizeof found);
+    EXPECT_EQ(found, overflow ? 1.f : 0.f) << "rank " << rank;
+    ops->sgd_step_at_step(kN, params.data(), grads.data(), momentum.data(), s);
+    scaler->update();
+    ops->download(params.data(), after.data(), kN * sizeof(float));
+    if (overflow) {
+      EXPECT_EQ(after, p) << "rank " << rank << " stepped although a peer overflowed";
+      EXPECT_EQ(scaler->state().scale, 32768.f) << "rank " << rank;
+    } else {
+      // 1 - 0.5 * (65536/4) / 32768: the clean step used the backed-off scale.
+      EXPECT_EQ(after[0], 0.75f) << "rank " << rank;
+      EXPECT_EQ(scaler->state().growth_tracker, 1) << "rank " << rank;
+    }
+  }
+  ops->set_amp(AmpMode::Off, nullptr, nullptr);
 }
 
 }  // namespace

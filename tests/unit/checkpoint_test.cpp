@@ -139,6 +139,39 @@ TEST_F(CheckpointTest, RejectsBitFlipInWeights) {
   expect_error([&] { load_checkpoint(path, layout_); }, path, "fc.weight");
 }
 
+TEST_F(CheckpointTest, AmpLossScaleRoundTripsAndIsCoveredByTheCrc) {
+  TrainingState s = state(9);
+  s.loss_scale = 16384;
+  s.loss_scale_growth_tracker = 123;
+  const std::string path = save_checkpoint(dir_.string(), s, layout_);
+  const TrainingState t = load_checkpoint(path, layout_);
+  EXPECT_EQ(t.loss_scale, 16384.0);
+  EXPECT_EQ(t.loss_scale_growth_tracker, 123);
+  // Another scale written into /amp (a valid HDF5 edit) no longer matches the payload CRC.
+  {
+    const hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    ASSERT_GE(f, 0);
+    // (Group, then attribute: HDF5 1.10 cannot write through H5Aopen_by_name.)
+    const hid_t g = H5Gopen2(f, "amp", H5P_DEFAULT);
+    ASSERT_GE(g, 0);
+    const hid_t a = H5Aopen(g, "loss_scale", H5P_DEFAULT);
+    ASSERT_GE(a, 0);
+    const double other = 32768;
+    ASSERT_GE(H5Awrite(a, H5T_NATIVE_DOUBLE, &other), 0);
+    H5Aclose(a);
+    H5Gclose(g);
+    H5Fclose(f);
+  }
+  expect_error([&] { load_checkpoint(path, layout_); }, path, "CRC32");
+  // Trained without --amp fp16: no /amp group, and a load reports no scale.
+  const std::string plain = save_checkpoint(dir_.string(), state(10), layout_);
+  EXPECT_EQ(load_checkpoint(plain, layout_).loss_scale, 0.0);
+  const hid_t f = H5Fopen(plain.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  ASSERT_GE(f, 0);
+  EXPECT_EQ(H5Lexists(f, "amp", H5P_DEFAULT), 0);
+  H5Fclose(f);
+}
+
 TEST_F(CheckpointTest, RejectsIncompleteWrongVersionAndWrongModel) {
   const std::string path = save_checkpoint(dir_.string(), state(5), layout_);
   {

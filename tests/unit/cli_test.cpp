@@ -56,6 +56,14 @@ TEST(Cli, ParsesValues) {
   EXPECT_TRUE(c.drop_last);
 }
 
+TEST(Cli, AmpModes) {
+  EXPECT_EQ(parse_ok({}).amp, AmpMode::Off);
+  EXPECT_EQ(parse_ok({"--amp", "fp16"}).amp, AmpMode::Fp16);
+  EXPECT_EQ(parse_ok({"--amp", "bf16"}).amp, AmpMode::Bf16);
+  EXPECT_NE(config_json(parse_ok({"--amp", "bf16"})).find(R"("amp":"bf16")"), std::string::npos);
+  EXPECT_NE(parse_error({"--amp", "fp8"}).find("--amp"), std::string::npos);
+}
+
 TEST(Cli, RejectionsNameTheFlag) {
   EXPECT_NE(parse_error({"--bogus"}).find("--bogus"), std::string::npos);
   EXPECT_NE(parse_error({"--batch-size", "0"}).find("--batch-size"), std::string::npos);

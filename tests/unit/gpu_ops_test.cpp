@@ -4,12 +4,18 @@
 // test skips with the reason when no GPU is visible (no driver, CPU-only build).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
+#include <span>
+#include <string>
+#include <utility>
 #include <vector>
 
+#include "mnist_ddp/amp.hpp"
+#include "mnist_ddp/check.hpp"
 #include "mnist_ddp/checkpoint.hpp"
 #include "mnist_ddp/cpu_ops.hpp"
 #include "mnist_ddp/device.hpp"
@@ -259,6 +265,150 @@ TEST_F(GpuOps, TrainingStepsMatchCpuAndCheckpointMovesAcross) {
   const auto lg = host(b.forward(gx, n, Mode::Eval), n * 10);
   expect_close("cross-device eval logits", lg, std::vector<float>(lc, lc + n * 10), 1e-4, 1e-3);
   gpu_->free_bytes(reinterpret_cast<std::uint8_t*>(gy));
+}
+
+// ---- mixed precision (--amp) ------------------------------------------------------------------
+
+// The largest |v| (the scale the 16-bit tolerances are relative to).
+float max_abs(const std::vector<float>& v) {
+  float m = 0;
+  for (float x : v) m = std::max(m, std::abs(x));
+  return m;
+}
+
+TEST_F(GpuOps, SixteenBitConvolutionsAndGemmsTrackFp32) {
+  const ConvGeom g{8, 16, 14, 14, 32, 5, 2};
+  const std::size_t nx = static_cast<std::size_t>(g.n) * g.c * g.h * g.w;
+  const std::size_t ny = static_cast<std::size_t>(g.n) * g.k * g.out_h() * g.out_w();
+  const std::size_t nw = static_cast<std::size_t>(g.k) * g.c * g.r * g.r;
+  float* x = dev(rnd(nx, 21));
+  float* w = dev(rnd(nw, 22, -0.1f, 0.1f));
+  float* b = dev(rnd(g.k, 23));
+  float* dy = dev(rnd(ny, 24));
+  const int n = 8, in = 1568, out = 10;
+  float* lx = dev(rnd(static_cast<std::size_t>(n) * in, 25));
+  float* lw = dev(rnd(static_cast<std::size_t>(out) * in, 26, -0.05f, 0.05f));
+  float* lb = dev(rnd(out, 27));
+  float* ldy = dev(rnd(static_cast<std::size_t>(n) * out, 28));
+  // Every output of the conv and fc ops, in the precision set on the backend.
+  auto outputs = [&](AmpMode mode) {
+    gpu_->set_amp(mode, nullptr, nullptr);
+    float* y = dev_zeros(ny);
+    float* dw = dev_zeros(nw);
+    float* db = dev_zeros(g.k);
+    float* dx = dev_zeros(nx);
+    gpu_->conv2d_forward(g, x, w, b, y);
+    gpu_->conv2d_backward_filter(g, x, dy, dw, db);
+    gpu_->conv2d_backward_data(g, w, dy, dx);
+    float* ly = dev_zeros(static_cast<std::size_t>(n) * out);
+    float* ldx = dev_zeros(static_cast<std::size_t>(n) * in);
+    float* ldw = dev_zeros(static_cast<std::size_t>(out) * in);
+    float* ldb = dev_zeros(out);
+    gpu_->linear_forward(n, in, out, lx, lw, lb, ly);
+    gpu_->linear_backward(n, in, out, lx, lw, ldy, ldx, ldw, ldb);
+    gpu_->set_amp(AmpMode::Off, nullptr, nullptr);
+    return std::vector<std::vector<float>>{
+        host(y, ny),       host(dw, nw),      host(db, g.k),       host(dx, nx),
+        host(ly, n * out), host(ldx, n * in), host(ldw, out * in), host(ldb, out)};
+  };
+  const char* names[] = {"conv y", "conv dw", "conv db", "conv dx",
+                         "fc y",   "fc dx",   "fc dw",   "fc db"};
+  const auto ref = outputs(AmpMode::Off);
+  // 16-bit inputs with fp32 accumulation: errors of a few units in the 16-bit format's last
+  // place relative to the output's magnitude (fp16: 2^-11, bf16: 2^-8).
+  for (const auto& [mode, tol] : {std::pair{AmpMode::Fp16, 4e-3}, std::pair{AmpMode::Bf16, 3e-2}}) {
+    const auto got = outputs(mode);
+    bool any_differs = false;
+    for (std::size_t i = 0; i < ref.size(); ++i) {
+      const std::string what = std::string(amp_mode_name(mode)) + " " + names[i];
+      expect_close(what.c_str(), got[i], ref[i], tol * max_abs(ref[i]), 0);
+      any_differs = any_differs || got[i] != ref[i];
+    }
+    EXPECT_TRUE(any_differs) << amp_mode_name(mode)
+                             << ": bitwise fp32 results, so no 16-bit math ran";
+  }
+}
+
+TEST_F(GpuOps, GradScalerKernelsFollowTheHostRule) {
+  LossScaleRule rule;
+  rule.init_scale = 1024;
+  rule.growth_interval = 3;
+  auto scaler = make_grad_scaler(*gpu_, rule);
+  LossScalerState want{rule.init_scale, 0};
+  // 0: clean, 1: an inf gradient, 2: a NaN gradient.
+  const int pattern[] = {0, 0, 0, 0, 1, 0, 0, 0, 2, 2, 0, 0, 0, 0, 0, 0};
+  int skips = 0;
+  for (int kind : pattern) {
+    std::vector<float> g = {3.f, -0.5f, 1e-3f, 7.f, 65504.f};
+    if (kind == 1) g[2] = INFINITY;
+    if (kind == 2) g[1] = NAN;
+    float* d = dev(g);
+    const float scale = want.scale;
+    scaler->unscale_and_check(std::span<float>(d, g.size()));
+    const auto got = host(d, g.size());
+    for (std::size_t i = 0; i < g.size(); ++i) {
+      // A power-of-two scale: unscaling is exact.
+      if (std::isfinite(g[i])) {
+        EXPECT_EQ(got[i], g[i] / scale) << "element " << i;
+      }
+    }
+    EXPECT_EQ(host(scaler->found_inf(), 1)[0], kind != 0 ? 1.f : 0.f);
+    scaler->update();
+    update_loss_scale(want, kind != 0, rule);
+    skips += kind != 0 ? 1 : 0;
+    const LossScalerState st = scaler->state();
+    EXPECT_EQ(st.scale, want.scale);
+    EXPECT_EQ(st.growth_tracker, want.growth_tracker);
+  }
+  EXPECT_EQ(skips, 3);
+  EXPECT_EQ(scaler->take_skipped(), 3);
+  EXPECT_EQ(scaler->take_skipped(), 0);
+  scaler->set_state({256.f, 2});
+  EXPECT_EQ(scaler->state().scale, 256.f);
+  EXPECT_EQ(scaler->state().growth_tracker, 2);
+  EXPECT_THROW(scaler->set_state({0.f, 0}), UserError);
+}
+
+TEST_F(GpuOps, AmpScalesTheLossGradientAndSkipsTheStepOnInf) {
+  auto scaler = make_grad_scaler(*gpu_, LossScaleRule{});
+  const int n = 16, classes = 10;
+  float* logits = dev(rnd(static_cast<std::size_t>(n) * classes, 31, -3, 3));
+  std::vector<std::int32_t> labels(n);
+  for (int i = 0; i < n; ++i) labels[i] = (i * 3) % 10;
+  auto* glab = reinterpret_cast<std::int32_t*>(gpu_->alloc_bytes(n * sizeof(std::int32_t)));
+  gpu_->upload(labels.data(), glab, n * sizeof(std::int32_t));
+  float* d_plain = dev_zeros(n * classes);
+  float* d_scaled = dev_zeros(n * classes);
+  gpu_->accumulate_loss(n, classes, logits, glab, d_plain, 1.0 / n);
+  const double loss_plain = gpu_->take_loss_sum();
+  gpu_->set_amp(AmpMode::Fp16, scaler->scale(), scaler->found_inf());
+  gpu_->accumulate_loss(n, classes, logits, glab, d_scaled, 1.0 / n);
+  EXPECT_EQ(gpu_->take_loss_sum(), loss_plain) << "the reported loss is never scaled";
+  auto want = host(d_plain, n * classes);
+  for (auto& v : want) v *= 65536.f;
+  expect_close("scaled dlogits", host(d_scaled, n * classes), want, 0, 1e-6);
+  // SGD at the step's values: a no-op while found_inf is set, a normal step otherwise.
+  const std::size_t np = 1000;
+  const auto p = rnd(np, 32), g = rnd(np, 33), buf = rnd(np, 34);
+  float* gp = dev(p);
+  float* gg = dev(g);
+  float* gb = dev(buf);
+  SgdParams s;
+  s.lr = 0.1;
+  s.momentum = 0.9;
+  gpu_->set_step_scalars({0, 0.1, false});
+  const float one = 1.f, zero = 0.f;
+  gpu_->upload(&one, scaler->found_inf(), sizeof one);
+  gpu_->sgd_step_at_step(np, gp, gg, gb, s);
+  EXPECT_EQ(host(gp, np), p) << "a skipped step moved the parameters";
+  EXPECT_EQ(host(gb, np), buf) << "a skipped step moved the momentum";
+  gpu_->upload(&zero, scaler->found_inf(), sizeof zero);
+  gpu_->sgd_step_at_step(np, gp, gg, gb, s);
+  auto p_want = p, b_want = buf;
+  cpu_->sgd_step(np, p_want.data(), g.data(), b_want.data(), s, false);
+  expect_close("sgd after a clean step", host(gp, np), p_want, 1e-6, 1e-6);
+  gpu_->set_amp(AmpMode::Off, nullptr, nullptr);
+  gpu_->free_bytes(reinterpret_cast<std::uint8_t*>(glab));
 }
 
 }  // namespace
