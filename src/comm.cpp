@@ -51,10 +51,24 @@ int Comm::start_allreduce_sum16(std::span<std::uint16_t>, bool) {
   throw UserError(
       "--compression fp16/bf16: this communicator has no 16-bit all-reduce (CPU/MPI only)");
 }
+int Comm::start_allreduce_avg16(std::span<float>, bool) {
+  throw UserError(
+      "--compression fp16/bf16 on device memory: this communicator has no 16-bit device path "
+      "(use --comm nccl on a GPU)");
+}
+void Comm::finish_allreduce_avg16(int, std::span<float>, bool) {
+  throw UserError("--compression fp16/bf16: no 16-bit device path on this communicator");
+}
 bool Comm::test(int) {
   return true;
 }
 void Comm::wait(int) {}
+void Comm::finish_allreduce_avg(int request, std::span<float> data) {
+  wait(request);
+  // Sum, then divide (bit-identical to allreduce_avg on the whole arena).
+  const float n = static_cast<float>(size());
+  for (float& x : data) x /= n;
+}
 void Comm::bind_stream(void*) {}
 
 namespace {

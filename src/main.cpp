@@ -81,15 +81,28 @@ int run(int argc, char** argv, int rank, int world, const MpiLocality& locality,
   Device device = Device::Cpu;
   run_agreed(*comm, [&] {
     device = resolve_device(cfg.device);
-    if (device == Device::Cuda && cfg.compression != Compression::None) {
-      throw UserError(
-          "--compression: the communication hooks run on the CPU backend only in this version; "
-          "use --device cpu, or --compression none on the GPU");
+    if (device == Device::Cuda && is_powersgd(cfg.compression)) {
+      throw UserError(fmt::format(
+          "--compression {}: PowerSGD runs on the CPU backend only in this version; use "
+          "--device cpu, or --compression none|fp16|bf16 on the GPU",
+          to_string(cfg.compression)));
+    }
+    if (device == Device::Cuda && cfg.compression != Compression::None &&
+        cfg.comm == CommChoice::Mpi) {
+      throw UserError(fmt::format(
+          "--compression {} with --comm mpi on a GPU: the GPU hooks encode and sum on NCCL's "
+          "stream; use --comm nccl (one GPU per rank), or --compression none",
+          to_string(cfg.compression)));
     }
     if (cfg.overlap_engine == OverlapEngine::Thread && !mpi_thread_multiple()) {
       throw UserError(
           "--overlap-engine thread: this MPI library does not provide MPI_THREAD_MULTIPLE; use "
           "--overlap-engine test");
+    }
+    if (cfg.overlap_engine == OverlapEngine::Thread && device == Device::Cuda) {
+      throw UserError(
+          "--overlap-engine thread: the communication thread is the CPU backend's; on the GPU "
+          "the bucket all-reduces overlap backward on NCCL's own stream (drop the flag)");
     }
     if (cfg.overlap_engine == OverlapEngine::Thread && cfg.local_sgd_start >= 0) {
       throw UserError(

@@ -32,14 +32,17 @@ std::vector<Bucket> make_buckets(const ConvNet& model, std::size_t cap_bytes) {
 
 Reducer::Reducer(Comm& comm, ConvNet& model, std::size_t cap_bytes, bool overlap,
                  Compression compression, PowerSgdConfig powersgd, OverlapEngine engine,
-                 Comm* thread_comm)
+                 Comm* thread_comm, bool device_memory)
     : comm_(&comm),
       model_(model),
       overlap_(overlap),
       compression_(compression),
       buckets_(make_buckets(model, cap_bytes)),
       engine_(engine),
-      thread_comm_(thread_comm) {
+      thread_comm_(thread_comm),
+      device_memory_(device_memory) {
+  MNIST_DDP_CHECK(!device_memory || (!is_powersgd(compression) && engine == OverlapEngine::Test),
+                  "PowerSGD and the communication thread work on host memory only");
   finished_at_.assign(buckets_.size(), -1.0);
   if (engine_ == OverlapEngine::Thread && overlap_ && !is_powersgd(compression)) {
     MNIST_DDP_CHECK(thread_comm_ != nullptr && thread_comm_->size() == comm.size(),
@@ -144,7 +147,14 @@ void Reducer::launch(std::size_t b) {
     launch_order_.push_back(static_cast<int>(b));
     return;
   }
-  if (compression_ == Compression::None) {
+  if (device_memory_ && compression_ != Compression::None) {
+    // Collective (on the communicator's stream): PyTorch's fp16/bf16 hook on the device: cast,
+    // divide by the world size in 16 bits, 16-bit sum; decoded in finish().
+    request_[b] = comm_->start_allreduce_avg16(grads, compression_ == Compression::Bf16);
+    const std::size_t bytes = grads.size() * sizeof(std::uint16_t);
+    stats_.payload_bytes += bytes;
+    stats_.wire_bytes += static_cast<std::uint64_t>(2.0 * (r - 1) / r * bytes);
+  } else if (compression_ == Compression::None) {
     // Collective (non-blocking where the comm supports it): this bucket's gradients, summed over
     // ranks, while backward computes the earlier layers.
     request_[b] = comm_->start_allreduce_sum(grads);
@@ -186,6 +196,22 @@ void Reducer::layer_ready(int layer) {
 }
 
 void Reducer::finish() {
+  finish_step();
+  last_payload_ = stats_.payload_bytes - payload_mark_;
+  last_wire_ = stats_.wire_bytes - wire_mark_;
+  payload_mark_ = stats_.payload_bytes;
+  wire_mark_ = stats_.wire_bytes;
+}
+
+void Reducer::note_replayed_step() {
+  stats_.payload_bytes += last_payload_;
+  stats_.wire_bytes += last_wire_;
+  ++stats_.steps;
+  payload_mark_ = stats_.payload_bytes;
+  wire_mark_ = stats_.wire_bytes;
+}
+
+void Reducer::finish_step() {
   const double t0 = now();
   ++stats_.steps;
   if (powersgd_) {
@@ -235,22 +261,28 @@ void Reducer::finish() {
   }
   for (std::size_t b = 0; b < buckets_.size(); ++b) {
     MNIST_DDP_CHECK(request_[b] != -2, "a bucket's gradients were never reported ready");
-    if (worker_.joinable()) {
-      // reduced by the thread
-    } else if (!done_[b]) {
-      comm_->wait(request_[b]);
-      stats_.comm_seconds += now() - started_[b];
-    } else {
-      comm_->wait(request_[b]);  // releases the request
-    }
     auto grads = model_.grads().subspan(buckets_[b].offset, buckets_[b].count);
-    if (compression_ != Compression::None) {
-      decode16(encoded_[b], grads, compression_);  // already divided before the sum
-    } else {
-      // Sum, then divide (bit-identical to allreduce_avg on the whole arena).
-      const float n = static_cast<float>(comm_->size());
-      for (float& x : grads) x /= n;
+    if (worker_.joinable()) {
+      // Reduced by the thread (host memory).
+      if (compression_ != Compression::None) {
+        decode16(encoded_[b], grads, compression_);  // already divided before the sum
+      } else {
+        // Sum, then divide (bit-identical to allreduce_avg on the whole arena).
+        const float n = static_cast<float>(comm_->size());
+        for (float& x : grads) x /= n;
+      }
+      continue;
     }
+    if (device_memory_ && compression_ != Compression::None) {
+      comm_->finish_allreduce_avg16(request_[b], grads, compression_ == Compression::Bf16);
+    } else if (compression_ != Compression::None) {
+      comm_->wait(request_[b]);  // completes (or releases) the request
+      decode16(encoded_[b], grads, compression_);
+    } else {
+      // Sum, then divide, in the communicator's memory (the host, or the GPU for NCCL).
+      comm_->finish_allreduce_avg(request_[b], grads);
+    }
+    if (!done_[b]) stats_.comm_seconds += now() - started_[b];
   }
   stats_.exposed_seconds += now() - t0;
   for (std::size_t b = 0; b < buckets_.size(); ++b) {
@@ -270,6 +302,7 @@ void Reducer::use_comm(Comm& comm) {
 ReducerStats Reducer::take_stats() {
   const ReducerStats s = stats_;
   stats_ = {};
+  payload_mark_ = wire_mark_ = 0;
   return s;
 }
 

@@ -49,6 +49,16 @@ class Comm {
   virtual int start_allreduce_sum(std::span<float> data);
   virtual bool test(int request);
   virtual void wait(int request);
+  // Completes a start_allreduce_sum of `data` and divides it by the world size (sum, then
+  // divide), in the communicator's memory. The base class waits, then divides on the host;
+  // NcclComm joins the compute stream to the all-reduce by an event and divides on the device.
+  virtual void finish_allreduce_avg(int request, std::span<float> data);
+  // PyTorch's fp16/bf16 compress hook where the gradients live on the communicator's device
+  // (NcclComm): start casts `grads` to 16 bits (`bf16` selects) into the communicator's own
+  // buffer, divides by the world size in 16 bits and starts a 16-bit sum; finish completes it
+  // and writes the decoded sum back into `grads`. The base class has none (UserError).
+  virtual int start_allreduce_avg16(std::span<float> grads, bool bf16);
+  virtual void finish_allreduce_avg16(int request, std::span<float> grads, bool bf16);
 
   // Orders this communicator's device work with a compute stream (a cudaStream_t, Ops::stream()):
   // each collective waits for the work queued there and that stream waits for the collective, by

@@ -51,10 +51,14 @@ class Reducer {
   // after backward, bucket by bucket (its two dependent all-reduces per bucket are not
   // overlapped), with `powersgd` (rank, start iteration, ...; batched/fp16 follow compression).
   // thread_comm: the communication thread's communicator (OverlapEngine::Thread), the same ranks
-  // as comm; it is used only by that thread.
+  // as comm; it is used only by that thread. device_memory: the gradients live on a GPU and comm
+  // works there (NcclComm): the fp16/bf16 hooks are encoded, summed and decoded by the
+  // communicator on the device (Comm::start_allreduce_avg16); PowerSGD and the thread engine are
+  // host-only.
   Reducer(Comm& comm, ConvNet& model, std::size_t cap_bytes, bool overlap,
           Compression compression = Compression::None, PowerSgdConfig powersgd = {},
-          OverlapEngine engine = OverlapEngine::Test, Comm* thread_comm = nullptr);
+          OverlapEngine engine = OverlapEngine::Test, Comm* thread_comm = nullptr,
+          bool device_memory = false);
   ~Reducer();
   Reducer(const Reducer&) = delete;
   Reducer& operator=(const Reducer&) = delete;
@@ -64,6 +68,8 @@ class Reducer {
   // After backward: waits for what is in flight (or, without overlap, reduces everything now),
   // then divides by the world size. Gradients are identical on every rank afterwards.
   void finish();
+  // A CUDA graph replayed a captured step: count the bytes that step's all-reduces moved.
+  void note_replayed_step();
   const std::vector<Bucket>& buckets() const { return buckets_; }
   // The group the gradients are averaged over from the next step on (post-local SGD switches to
   // the node-local group). Between steps only; not with PowerSGD (its state is per group).
@@ -76,6 +82,7 @@ class Reducer {
 
  private:
   void launch(std::size_t b);
+  void finish_step();                         // finish() without the per-step byte bookkeeping
   void worker();                              // the communication thread's loop
   void reduce_on_thread_comm(std::size_t b);  // one bucket's blocking all-reduce
   Comm* comm_;
@@ -89,11 +96,14 @@ class Reducer {
   std::vector<double> started_;
   std::vector<bool> done_;
   std::vector<int> launch_order_;
+  // Bytes of the last step (for note_replayed_step) and the totals when it began.
+  std::uint64_t payload_mark_ = 0, wire_mark_ = 0, last_payload_ = 0, last_wire_ = 0;
   ReducerStats stats_;
   std::unique_ptr<PowerSgd> powersgd_;
   // OverlapEngine::Thread: buckets queued by launch(), reduced by worker_, finished_ set by it.
   OverlapEngine engine_;
   Comm* thread_comm_;
+  bool device_memory_ = false;  // gradients and comm on a GPU (hooks encoded there)
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::size_t> queue_;

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # gpu_test.sh — the GPU backend end to end (skips with the reason without a GPU): 1 epoch on the
 # GPU reaches the accuracy bar, NCCL with one rank, 2 ranks sharing the GPU with --comm mpi, and a
-# checkpoint moving GPU -> CPU -> GPU, CUDA graph replay equal to eager, and --amp fp16/bf16.
+# checkpoint moving GPU -> CPU -> GPU, CUDA graph replay equal to eager, --amp fp16/bf16, and the
+# bucketed NCCL overlap equal to one all-reduce.
 source "$(dirname "$0")/lib.sh"
 DATA="$REPO/data/dataset"
 if ! "$BIN" --device cuda --print-env >/dev/null 2>&1; then
@@ -71,4 +72,26 @@ if [[ $RC -eq 0 ]] && grep -q "^resume: " "$OUT" && grep -q "done: 700 steps" "$
   pass "amp_fp16_resume_keeps_the_scale"
 else
   fail "amp_fp16_resume rc=$RC" "$(show)"
+fi
+
+# The bucketed Reducer on NCCL's stream (default) trains bitwise like one all-reduce after backward.
+for o in overlap no_overlap; do
+  flag=(); [[ $o == no_overlap ]] && flag=(--no-overlap)
+  run "ov_$o" 300 "$BIN" --device cuda --tf32 off "${flag[@]}" --data "$DATA" --epochs 1 --max-steps 200 --progress off --log-dir "$TMP/ov_$o" --checkpoint-dir "$TMP/ov_$o"
+  cp "$OUT" "$TMP/ov_$o.out"
+done
+same=$(python3 - "$TMP/ov_overlap" "$TMP/ov_no_overlap" <<'PY' 2>&1
+import sys
+import h5py, numpy as np
+a, b = (h5py.File(d + "/ckpt-00000200.h5", "r") for d in sys.argv[1:3])
+bad = []
+a.visititems(lambda n, o: bad.append(n) if isinstance(o, h5py.Dataset) and n.startswith(("model", "optimizer")) and not np.array_equal(o[()], b[n][()]) else None)
+print("identical" if not bad else "differ: " + ", ".join(bad))
+PY
+)
+if [[ "$same" == identical ]] &&
+   grep -q "3 buckets (overlapped with backward) on the NCCL stream" "$TMP/ov_overlap.out"; then
+  pass "gpu_bucketed_overlap_equals_one_allreduce ($(grep -o 'comm epoch 1: .*per rank' "$TMP/ov_overlap.out"))"
+else
+  fail "gpu_bucketed_overlap_equals_one_allreduce: $same" "$(grep -h 'comm epoch\|error' "$TMP"/ov_*.out)"
 fi

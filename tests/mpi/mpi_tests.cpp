@@ -243,6 +243,25 @@ TEST(Ddp, OverlappedBucketsLaunchInReverseOrderAndEqualOneAllreduce) {
   }
 }
 
+// A CUDA graph replay runs no host code: note_replayed_step counts the bytes the captured step's
+// all-reduces moved, so the per-epoch comm line is right with graphs (checked here on the CPU).
+TEST(Ddp, ReplayedStepsCountTheCapturedStepsBytes) {
+  auto ops = make_cpu_ops();
+  ConvNet a(*ops, 2);
+  a.init(3);
+  Reducer red(comm(), a, 25 * 1024, true);
+  for (int layer = ConvNet::kLayers - 1; layer >= 0; --layer) red.layer_ready(layer);
+  red.finish();
+  red.note_replayed_step();
+  red.note_replayed_step();
+  const ReducerStats s = red.take_stats();
+  EXPECT_EQ(s.steps, 3);
+  EXPECT_EQ(s.payload_bytes, 3 * a.grads().size_bytes());
+  // After take_stats, a replay counts the last step again (not the epoch's total).
+  red.note_replayed_step();
+  EXPECT_EQ(red.take_stats().payload_bytes, a.grads().size_bytes());
+}
+
 TEST(Ddp, CommunicationThreadEqualsOneAllreduce) {
   ASSERT_TRUE(mpi_thread_multiple()) << "Open MPI grants MPI_THREAD_MULTIPLE";
   const ReducerComparison r =

@@ -1,15 +1,21 @@
 // nccl_test.cu — GPU tests of the NCCL communicator (built with CUDA, run under mpirun; each test
 // skips with the reason when this process has no GPU, or when ranks would have to share one, which
 // NCCL refuses): bootstrap from an MPI-broadcast unique id, closed-form all-reduce, broadcast,
-// all-gather and the sum-then-divide average, all on device memory.
+// all-gather and the sum-then-divide average, all on device memory; the bucketed, overlapped
+// Reducer on the NCCL stream, eager and captured in a CUDA graph.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <string>
 #include <vector>
 
 #include "mnist_ddp/comm.hpp"
 #include "mnist_ddp/cuda_check.hpp"
 #include "mnist_ddp/device.hpp"
+#include "mnist_ddp/model.hpp"
+#include "mnist_ddp/ops.hpp"
+#include "mnist_ddp/reducer.hpp"
+#include "mnist_ddp/step_graph.hpp"
 
 namespace mnist_ddp {
 namespace {
@@ -62,6 +68,54 @@ TEST(Nccl, BootstrapAndCollectivesOnDeviceMemory) {
   EXPECT_EQ(h[0], static_cast<float>((world - 1) * 10 + 1));
   CUDA_CHECK(cudaFree(d));
   std::printf("NCCL bootstrap + collectives OK on %d rank(s)\n", world);
+}
+
+// The GPU Reducer: bucket all-reduces on the NCCL stream, started from backward's layer-ready
+// callbacks and joined to the compute stream by events, average exactly like one all-reduce of
+// the arena, eagerly and when the step is captured in a CUDA graph and replayed; so do the fp16
+// and bf16 hooks encoded and summed on the device (the values are exact in 16 bits: quarters up
+// to 24 plus the rank, a power-of-two world).
+TEST(Nccl, BucketedOverlapOnItsOwnStreamAveragesLikeOneAllReduce) {
+  std::string why;
+  if (!gpus_for_every_rank(&why)) GTEST_SKIP() << why;
+  int rank = 0, world = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  if ((world & (world - 1)) != 0) GTEST_SKIP() << "needs a power-of-two world (exact averages)";
+  use_cuda_device(choose_gpu(rank, world, cuda_device_count(), true));
+  auto comm = make_nccl_comm();
+  auto ops = make_cuda_ops(/*tf32=*/false);
+  comm->bind_stream(ops->stream());
+  ConvNet model(*ops, 4);
+  const std::size_t n = model.grads().size();
+  std::vector<float> mine(n), want(n), got(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    mine[i] = static_cast<float>(i % 97) * 0.25f + static_cast<float>(rank);
+    float sum = 0;
+    for (int r = 0; r < world; ++r)
+      sum += static_cast<float>(i % 97) * 0.25f + static_cast<float>(r);
+    want[i] = sum / static_cast<float>(world);
+  }
+  for (const Compression c : {Compression::None, Compression::Fp16, Compression::Bf16}) {
+    Reducer reducer(*comm, model, 25 * 1024, /*overlap=*/true, c, PowerSgdConfig{},
+                    OverlapEngine::Test, nullptr, /*device_memory=*/true);
+    ASSERT_EQ(reducer.buckets().size(), 3u);
+    StepGraphs graphs(ops->stream());
+    for (const StepRun e : {StepRun::Eager, StepRun::Captured, StepRun::Replayed}) {
+      ops->upload(mine.data(), model.grads().data(), n * sizeof(float));
+      const StepRun ran = graphs.run(4, [&] {
+        for (int layer = ConvNet::kLayers - 1; layer >= 0; --layer) reducer.layer_ready(layer);
+        reducer.finish();
+      });
+      EXPECT_EQ(ran, e);
+      if (ran == StepRun::Replayed) reducer.note_replayed_step();
+      ops->download(model.grads().data(), got.data(), n * sizeof(float));
+      EXPECT_EQ(got, want) << to_string(c) << ", step run as " << static_cast<int>(ran);
+    }
+    EXPECT_EQ(reducer.launch_order(), (std::vector<int>{0, 1, 2})) << to_string(c);
+    const std::size_t elem = c == Compression::None ? sizeof(float) : 2;
+    EXPECT_EQ(reducer.take_stats().payload_bytes, 3 * n * elem) << to_string(c);
+  }
 }
 
 }  // namespace
