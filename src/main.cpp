@@ -116,14 +116,10 @@ int run(int argc, char** argv, int rank, int world, const MpiLocality& locality,
           amp_mode_name(cfg.amp),
           cfg.device == DeviceChoice::Auto ? " (--device auto found no usable GPU)" : ""));
     }
-    if (cfg.sync_bn && device == Device::Cuda) {
+    if (cfg.local_sgd_start >= 0 && device == Device::Cuda && cfg.comm == CommChoice::Mpi) {
       throw UserError(
-          "--sync-bn: SyncBatchNorm runs on the CPU backend in this version; use --device cpu");
-    }
-    if (cfg.local_sgd_start >= 0 && device == Device::Cuda) {
-      throw UserError(
-          "--local-sgd-start: post-local SGD runs on the CPU backend in this version; use "
-          "--device cpu, or leave it off on the GPU");
+          "--local-sgd-start with --comm mpi on a GPU: the node-local groups are NCCL "
+          "communicators; use --comm nccl (one GPU per rank)");
     }
     if (cfg.local_sgd_start >= 0 && cfg.compression != Compression::None) {
       throw UserError(fmt::format(
@@ -249,7 +245,10 @@ int run(int argc, char** argv, int rank, int world, const MpiLocality& locality,
       }
       color = rank / std::stoi(v);
     });
-    local_comm = make_mpi_group_comm(color);
+    // The group's collectives work where the gradients live: MPI on the CPU, NCCL on a GPU (joined
+    // to the ops' stream like the world's).
+    local_comm = device == Device::Cuda ? make_nccl_group_comm(color) : make_mpi_group_comm(color);
+    local_comm->bind_stream(ops->stream());
     watch(*local_comm);
     log->info(fmt::format(
         "post-local SGD: global gradient all-reduce for {} steps, then within groups of {} "

@@ -90,13 +90,20 @@ Trainer::Trainer(const Config& cfg, Comm& comm, Comm& data_comm, Ops& ops, ConvN
         cfg.overlap_engine, thread_comm);
   }
   if (cfg.sync_bn) {
-    bn_sync_ = make_sync_bn(data_comm);
+    // The exchange works on host doubles: the data communicator on the CPU, the host MPI
+    // communicator on a GPU (where the data communicator works on device memory).
+    bn_sync_ = make_sync_bn(ops.device() == Device::Cuda ? comm : data_comm);
     ops.set_bn_sync(&bn_sync_);
   }
   MNIST_DDP_CHECK(cfg.local_sgd_start < 0 || (local_comm != nullptr && reducer_),
-                  "post-local SGD needs the node-local group and the CPU reducer");
+                  "post-local SGD needs the node-local group and the reducer");
   if (ops.device() == Device::Cuda && cfg.cuda_graphs) {
-    if (data_comm.capturable()) {
+    if (cfg.sync_bn || cfg.local_sgd_start >= 0) {
+      log.info(fmt::format(
+          "CUDA graphs off: {} (a step's collectives differ from step to step or need the host)",
+          cfg.sync_bn ? "--sync-bn exchanges BN statistics through the host inside the step"
+                      : "post-local SGD switches groups and averages parameters every period"));
+    } else if (data_comm.capturable()) {
       graphs_ = std::make_unique<StepGraphs>(ops.stream());
     } else {
       log.info(

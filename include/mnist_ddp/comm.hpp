@@ -112,6 +112,9 @@ std::unique_ptr<Comm> make_mpi_group_comm(int color);
 // calls ncclGetUniqueId, MPI_Bcast hands it to every rank, each calls ncclCommInitRank. Call
 // after the GPU is selected. A "built without CUDA" UserError in a CPU-only build.
 std::unique_ptr<Comm> make_nccl_comm();
+// NCCL over the ranks that pass the same color (world order kept), bootstrapped over that MPI
+// group (post-local SGD's node-local groups on a GPU). Collective over the world.
+std::unique_ptr<Comm> make_nccl_group_comm(int color);
 // MPI collectives on device memory, staged through host buffers (--comm mpi on a GPU: lets
 // several ranks share one GPU). "Built without CUDA" in a CPU-only build.
 std::unique_ptr<Comm> make_host_staged_comm();

@@ -77,6 +77,42 @@ __global__ void bn_stats_kernel(int c, int n, int hw, const float* x, double eps
   }
 }
 
+// SyncBatchNorm (--sync-bn), forward in two halves around the host exchange: each channel's
+// batch mean and biased variance (one block per channel, as bn_stats_kernel) ...
+__global__ void bn_moments_kernel(int c, int n, int hw, const float* x, double* moments) {
+  const int ch = blockIdx.x;
+  double s = 0, ss = 0;
+  const long m = static_cast<long>(n) * hw;
+  for (long t = threadIdx.x; t < m; t += blockDim.x) {
+    const long i = t / hw, q = t % hw;
+    const double v = x[(i * c + ch) * hw + q];
+    s += v;
+    ss += v * v;
+  }
+  block_sum2(&s, &ss);
+  if (threadIdx.x == 0) {
+    const double md = static_cast<double>(m);
+    const double mu = s / md;
+    moments[2 * ch] = mu;
+    moments[2 * ch + 1] = fmax(ss / md - mu * mu, 0.0);
+  }
+}
+
+// ... and, from the union batch's moments over md values per channel, the saved statistics and
+// the running-statistics update (unbiased over the union), one thread per channel.
+__global__ void bn_finalize_kernel(int c, const double* moments, double md, double eps,
+                                   double momentum, float* mean, float* invstd, float* rm,
+                                   float* rv) {
+  const int ch = blockIdx.x * blockDim.x + threadIdx.x;
+  if (ch >= c) return;
+  const double mu = moments[2 * ch], var = moments[2 * ch + 1];
+  mean[ch] = static_cast<float>(mu);
+  invstd[ch] = static_cast<float>(1.0 / sqrt(var + eps));
+  const double unbiased = md > 1 ? var * md / (md - 1) : var;
+  rm[ch] = static_cast<float>((1 - momentum) * rm[ch] + momentum * mu);
+  rv[ch] = static_cast<float>((1 - momentum) * rv[ch] + momentum * unbiased);
+}
+
 __global__ void bn_eval_stats_kernel(int c, const float* rm, const float* rv, double eps,
                                      float* mean, float* invstd) {
   const int ch = blockIdx.x * blockDim.x + threadIdx.x;
@@ -146,7 +182,7 @@ __global__ void bn_param_grads_kernel(int c, const double* sums, const float* in
 __global__ void bn_relu_pool_dx_kernel(int c, int n, int h, int w, const float* x, const float* y,
                                        const float* dy, const std::uint8_t* arg, const float* gamma,
                                        const float* mean, const float* invstd, const double* sums,
-                                       bool batch_stats, float* dx) {
+                                       double md, bool batch_stats, float* dx) {
   const int oh = h / 2, ow = w / 2;
   const long total = static_cast<long>(n) * c * oh * ow;
   const long t = blockIdx.x * static_cast<long>(blockDim.x) + threadIdx.x;
@@ -154,7 +190,7 @@ __global__ void bn_relu_pool_dx_kernel(int c, int n, int h, int w, const float* 
   const int j = t % ow, i = (t / ow) % oh;
   const long plane = t / (static_cast<long>(oh) * ow);
   const int ch = plane % c;
-  const double is = invstd[ch], md = static_cast<double>(n) * h * w;
+  const double is = invstd[ch];
   const float k = static_cast<float>(gamma[ch] * is);
   // Training BN: dx = c0 + (x - mu) * c1 + k*dy at the argmax; fixed statistics: k*dy only.
   const float c0 = batch_stats ? static_cast<float>(-k * sums[2 * ch] / md) : 0.f;
@@ -431,8 +467,35 @@ class CudaOps final : public Ops {
   void batchnorm_stats(int c, int n, int hw, const float* x, double eps, double momentum,
                        float* save_mean, float* save_invstd, float* running_mean,
                        float* running_var) override {
-    bn_stats_kernel<<<c, kThreads, 0, stream_>>>(c, n, hw, x, eps, momentum, save_mean, save_invstd,
-                                                 running_mean, running_var);
+    if (bn_sync_ == nullptr) {
+      bn_stats_kernel<<<c, kThreads, 0, stream_>>>(c, n, hw, x, eps, momentum, save_mean,
+                                                   save_invstd, running_mean, running_var);
+      CUDA_CHECK(cudaGetLastError());
+      return;
+    }
+    // SyncBatchNorm forward: this rank's moments, combined with every rank's on the host (the
+    // BnSync exchange: a few doubles per channel), then the statistics of the union batch.
+    MNIST_DDP_CHECK(c <= 64, "more channels than the BN scratch holds");
+    bn_moments_kernel<<<c, kThreads, 0, stream_>>>(c, n, hw, x, bn_sums_);
+    CUDA_CHECK(cudaGetLastError());
+    std::vector<double> moments(2 * static_cast<std::size_t>(c)), mean(c), var(c);
+    // Sync: the legacy-stream copy waits for the moments kernel on the ops' stream.
+    CUDA_CHECK(cudaMemcpy(moments.data(), bn_sums_, moments.size() * sizeof(double),
+                          cudaMemcpyDeviceToHost));
+    for (int ch = 0; ch < c; ++ch) {
+      mean[ch] = moments[2 * ch];
+      var[ch] = moments[2 * ch + 1];
+    }
+    double md = static_cast<double>(n) * hw;
+    bn_sync_->stats(c, mean.data(), var.data(), &md);
+    for (int ch = 0; ch < c; ++ch) {
+      moments[2 * ch] = mean[ch];
+      moments[2 * ch + 1] = var[ch];
+    }
+    CUDA_CHECK(cudaMemcpy(bn_sums_, moments.data(), moments.size() * sizeof(double),
+                          cudaMemcpyHostToDevice));
+    bn_finalize_kernel<<<blocks_for(c), kThreads, 0, stream_>>>(
+        c, bn_sums_, md, eps, momentum, save_mean, save_invstd, running_mean, running_var);
     CUDA_CHECK(cudaGetLastError());
   }
   void batchnorm_eval_stats(int c, const float* running_mean, const float* running_var, double eps,
@@ -460,9 +523,21 @@ class CudaOps final : public Ops {
     bn_param_grads_kernel<<<blocks_for(c), kThreads, 0, stream_>>>(c, bn_sums_, invstd, dgamma,
                                                                    dbeta);
     CUDA_CHECK(cudaGetLastError());
+    double md = static_cast<double>(n) * h * w;
+    if (bn_sync_ != nullptr && batch_stats) {
+      // SyncBatchNorm backward: [sum dy, sum dy (x - mean)] summed over ranks on the host
+      // (dgamma/dbeta stay this rank's: DDP averages them like every gradient).
+      std::vector<double> sums(2 * static_cast<std::size_t>(c));
+      // Sync: the legacy-stream copy waits for the sums kernel on the ops' stream.
+      CUDA_CHECK(
+          cudaMemcpy(sums.data(), bn_sums_, sums.size() * sizeof(double), cudaMemcpyDeviceToHost));
+      bn_sync_->grad_sums(c, sums.data(), &md);
+      CUDA_CHECK(
+          cudaMemcpy(bn_sums_, sums.data(), sums.size() * sizeof(double), cudaMemcpyHostToDevice));
+    }
     const std::size_t total = static_cast<std::size_t>(n) * c * (h / 2) * (w / 2);
     bn_relu_pool_dx_kernel<<<blocks_for(total), kThreads, 0, stream_>>>(
-        c, n, h, w, x, y, dy, argmax, gamma, mean, invstd, bn_sums_, batch_stats, dx);
+        c, n, h, w, x, y, dy, argmax, gamma, mean, invstd, bn_sums_, md, batch_stats, dx);
     CUDA_CHECK(cudaGetLastError());
   }
   void linear_forward(int n, int in, int out, const float* x, const float* w, const float* b,
@@ -593,11 +668,9 @@ class CudaOps final : public Ops {
     loss_scale_ = loss_scale;
     skip_step_ = skip_step;
   }
-  void set_bn_sync(const BnSync* sync) override {
-    if (sync != nullptr) {
-      throw UserError("--sync-bn: SyncBatchNorm runs on the CPU backend in this version");
-    }
-  }
+  // SyncBatchNorm: the BN ops exchange their per-channel statistics through `sync` on the host
+  // (a device-to-host copy and back per BN layer, so such a step is not graph-capturable).
+  void set_bn_sync(const BnSync* sync) override { bn_sync_ = sync; }
   std::uint8_t* alloc_bytes(std::size_t n) override {
     void* p = nullptr;
     CUDA_CHECK(cudaMalloc(&p, n > 0 ? n : 1));
@@ -799,6 +872,7 @@ class CudaOps final : public Ops {
   double* bn_sums_ = nullptr;   // [2*C]: sum(g), sum(g*(x-mean)) of the BN backward
   std::map<std::tuple<int, int, int, int, int, int, int, int>, std::unique_ptr<ConvPlan>> plans_;
   std::map<std::tuple<int, int, int, int>, std::unique_ptr<LinearScratch>> linear_;
+  const BnSync* bn_sync_ = nullptr;  // --sync-bn exchanges (host), or nullptr
   AmpMode amp_ = AmpMode::Off;
   const float* loss_scale_ = nullptr;  // device: --amp fp16's loss scale (GradScaler)
   const float* skip_step_ = nullptr;   // device: != 0 where this step's SGD is skipped

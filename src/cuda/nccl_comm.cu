@@ -78,13 +78,14 @@ __global__ void decode16_kernel(std::size_t n, const T* h, float* g) {
 
 class NcclComm final : public Comm {
  public:
-  NcclComm() {
-    MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank_));
-    MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &size_));
+  // mpi: the ranks of this communicator (the world, or a group it owns and frees).
+  explicit NcclComm(MPI_Comm mpi, bool owns) : mpi_(mpi), owns_(owns) {
+    MPI_CHECK(MPI_Comm_rank(mpi_, &rank_));
+    MPI_CHECK(MPI_Comm_size(mpi_, &size_));
     ncclUniqueId id{};
     if (rank_ == 0) NCCL_CHECK(ncclGetUniqueId(&id));
     // Collective (MPI): the one piece of bootstrap state NCCL needs, no ports or files.
-    MPI_CHECK(MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD));
+    MPI_CHECK(MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, mpi_));
     // A blocking stream: ordered after the compute the ops issue on the legacy default stream.
     CUDA_CHECK(cudaStreamCreate(&stream_));
     NCCL_CHECK(ncclCommInitRank(&comm_, size_, id, rank_));
@@ -98,6 +99,7 @@ class NcclComm final : public Comm {
     if (forked_ != nullptr) cudaEventDestroy(forked_);
     if (joined_ != nullptr) cudaEventDestroy(joined_);
     if (stream_ != nullptr) cudaStreamDestroy(stream_);
+    if (owns_) MPI_Comm_free(&mpi_);
   }
   void bind_stream(void* stream) override {
     compute_ = static_cast<cudaStream_t>(stream);
@@ -115,7 +117,7 @@ class NcclComm final : public Comm {
     CUDA_CHECK(cudaStreamSynchronize(stream_));
     if (compute_ != nullptr) CUDA_CHECK(cudaStreamSynchronize(compute_));
     // Collective: the host-side barrier after this rank's device work has finished.
-    MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
+    MPI_CHECK(MPI_Barrier(mpi_));
   }
   [[noreturn]] void abort(int code) override {
     // ncclCommAbort releases peers blocked in a collective; MPI_Abort ends the processes.
@@ -225,7 +227,7 @@ class NcclComm final : public Comm {
   // The fingerprints are host memory: MPI on the world.
   void fingerprint_allgather(const std::uint64_t* send, std::uint64_t* recv) override {
     // Collective (MPI): every rank's fingerprint of its next collective.
-    MPI_CHECK(MPI_Allgather(send, 5, MPI_UINT64_T, recv, 5, MPI_UINT64_T, MPI_COMM_WORLD));
+    MPI_CHECK(MPI_Allgather(send, 5, MPI_UINT64_T, recv, 5, MPI_UINT64_T, mpi_));
   }
   void allreduce_raw(void* data, std::size_t count, DType type, ReduceOp op) override {
     if (count == 0) return;
@@ -289,6 +291,8 @@ class NcclComm final : public Comm {
     CUDA_CHECK(cudaStreamSynchronize(stream_));
   }
 
+  MPI_Comm mpi_;
+  bool owns_;
   int rank_ = 0;
   int size_ = 1;
   ncclComm_t comm_ = nullptr;
@@ -309,7 +313,16 @@ class NcclComm final : public Comm {
 }  // namespace
 
 std::unique_ptr<Comm> make_nccl_comm() {
-  return std::make_unique<NcclComm>();
+  return std::make_unique<NcclComm>(MPI_COMM_WORLD, false);
+}
+
+std::unique_ptr<Comm> make_nccl_group_comm(int color) {
+  int rank = 0;
+  MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
+  MPI_Comm group = MPI_COMM_NULL;
+  // Collective: every rank of the job names its group; ranks keep their world order inside it.
+  MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, color, rank, &group));
+  return std::make_unique<NcclComm>(group, true);
 }
 
 }  // namespace mnist_ddp

@@ -2,7 +2,7 @@
 # gpu_test.sh — the GPU backend end to end (skips with the reason without a GPU): 1 epoch on the
 # GPU reaches the accuracy bar, NCCL with one rank, 2 ranks sharing the GPU with --comm mpi, and a
 # checkpoint moving GPU -> CPU -> GPU, CUDA graph replay equal to eager, --amp fp16/bf16, and the
-# bucketed NCCL overlap equal to one all-reduce.
+# bucketed NCCL overlap equal to one all-reduce, SyncBN and post-local SGD on the GPU.
 source "$(dirname "$0")/lib.sh"
 DATA="$REPO/data/dataset"
 if ! "$BIN" --device cuda --print-env >/dev/null 2>&1; then
@@ -94,4 +94,15 @@ if [[ "$same" == identical ]] &&
   pass "gpu_bucketed_overlap_equals_one_allreduce ($(grep -o 'comm epoch 1: .*per rank' "$TMP/ov_overlap.out"))"
 else
   fail "gpu_bucketed_overlap_equals_one_allreduce: $same" "$(grep -h 'comm epoch\|error' "$TMP"/ov_*.out)"
+fi
+
+# SyncBatchNorm with two ranks sharing the GPU (--comm mpi; the BN exchange goes through the host)
+# and post-local SGD on NCCL groups (a world of one here): both train and say why graphs are off.
+run gpu_sync_bn 300 mpirun -np 2 "$BIN" --device cuda --comm mpi --sync-bn --data "$DATA" --epochs 1 --max-steps 60 --check-replicas 20 --progress off --log-dir "$TMP/sbn" --checkpoint-dir "$TMP/sbn"
+if [[ $RC -eq 0 ]] && grep -q "done: 60 steps" "$OUT"; then pass "gpu_sync_bn_two_ranks_share_the_gpu"; else fail "gpu_sync_bn rc=$RC" "$(show)"; fi
+run gpu_local_sgd 300 "$BIN" --device cuda --local-sgd-start 20 --local-sgd-period 4 --data "$DATA" --epochs 1 --max-steps 60 --progress off --log-dir "$TMP/lsgd" --checkpoint-dir "$TMP/lsgd"
+if [[ $RC -eq 0 ]] && grep -q "done: 60 steps" "$OUT" && grep -q "CUDA graphs off: post-local SGD" "$OUT"; then
+  pass "gpu_post_local_sgd_on_nccl_groups"
+else
+  fail "gpu_local_sgd rc=$RC" "$(show)"
 fi

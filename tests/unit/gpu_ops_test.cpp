@@ -107,54 +107,85 @@ TEST_F(GpuOps, ConvolutionsMatchCpu) {
   }
 }
 
+// SyncBatchNorm's exchange with a stand-in for a second rank (its batch: this one's moments
+// shifted and scaled, the same count; its gradient sums: a fixed function of this one's), so one
+// process drives the GPU's host exchange and the CPU reference through the same numbers.
+BnSync two_rank_stand_in() {
+  BnSync s;
+  s.stats = [](int c, double* mean, double* var, double* count) {
+    for (int ch = 0; ch < c; ++ch) {
+      const double m1 = mean[ch], v1 = var[ch], m2 = m1 + 0.5, v2 = 2 * v1;
+      const double mu = (m1 + m2) / 2;
+      mean[ch] = mu;
+      var[ch] = (v1 + (m1 - mu) * (m1 - mu) + v2 + (m2 - mu) * (m2 - mu)) / 2;
+    }
+    *count *= 2;
+  };
+  s.grad_sums = [](int c, double* sums, double* count) {
+    for (int i = 0; i < 2 * c; ++i) sums[i] = 2 * sums[i] + 0.125;
+    *count *= 2;
+  };
+  return s;
+}
+
 TEST_F(GpuOps, BatchNormReluPoolMatchCpu) {
   const int c = 16, n = 6, h = 8, w = 8, hw = h * w;
   auto x = rnd(static_cast<std::size_t>(c) * n * hw, 5, -2, 2);
   for (int i = 0; i < 12; ++i) x[i] = 0.25f;  // exact ties
   const auto gamma = rnd(c, 6, -1.5f, 1.5f), beta = rnd(c, 7), dy = rnd(x.size() / 4, 8);
-  for (bool train : {true, false}) {
-    std::vector<float> m(c), is(c), rm(c, 0.1f), rv(c, 1.2f);
-    std::vector<float> grm = rm, grv = rv;
-    float* gx = dev(nchw(c, n, hw, x));
-    float* gm = dev_zeros(c);
-    float* gis = dev_zeros(c);
-    float* grm_d = dev(grm);
-    float* grv_d = dev(grv);
-    if (train) {
-      cpu_->batchnorm_stats(c, n, hw, x.data(), 1e-5, 0.1, m.data(), is.data(), rm.data(),
-                            rv.data());
-      gpu_->batchnorm_stats(c, n, hw, gx, 1e-5, 0.1, gm, gis, grm_d, grv_d);
-      expect_close("bn batch mean", host(gm, c), m, 1e-5, 1e-5);
-      expect_close("bn batch invstd", host(gis, c), is, 1e-5, 1e-4);
-      expect_close("bn running var", host(grv_d, c), rv, 1e-5, 1e-5);
-    } else {
-      cpu_->batchnorm_eval_stats(c, rm.data(), rv.data(), 1e-5, m.data(), is.data());
-      gpu_->batchnorm_eval_stats(c, grm_d, grv_d, 1e-5, gm, gis);
+  const BnSync stand_in = two_rank_stand_in();
+  // Plain BN, then SyncBatchNorm (--sync-bn) through the stand-in exchange.
+  for (const BnSync* sync : {static_cast<const BnSync*>(nullptr), &stand_in}) {
+    SCOPED_TRACE(sync != nullptr ? "sync-bn" : "bn");
+    cpu_->set_bn_sync(sync);
+    gpu_->set_bn_sync(sync);
+    for (bool train : {true, false}) {
+      std::vector<float> m(c), is(c), rm(c, 0.1f), rv(c, 1.2f);
+      std::vector<float> grm = rm, grv = rv;
+      float* gx = dev(nchw(c, n, hw, x));
+      float* gm = dev_zeros(c);
+      float* gis = dev_zeros(c);
+      float* grm_d = dev(grm);
+      float* grv_d = dev(grv);
+      if (train) {
+        cpu_->batchnorm_stats(c, n, hw, x.data(), 1e-5, 0.1, m.data(), is.data(), rm.data(),
+                              rv.data());
+        gpu_->batchnorm_stats(c, n, hw, gx, 1e-5, 0.1, gm, gis, grm_d, grv_d);
+        expect_close("bn batch mean", host(gm, c), m, 1e-5, 1e-5);
+        expect_close("bn batch invstd", host(gis, c), is, 1e-5, 1e-4);
+        expect_close("bn running var", host(grv_d, c), rv, 1e-5, 1e-5);
+      } else {
+        cpu_->batchnorm_eval_stats(c, rm.data(), rv.data(), 1e-5, m.data(), is.data());
+        gpu_->batchnorm_eval_stats(c, grm_d, grv_d, 1e-5, gm, gis);
+      }
+      // Same statistics into both fused ops.
+      gm = dev(m);
+      gis = dev(is);
+      std::vector<float> y(x.size() / 4), dx(x.size()), dg(c), db(c);
+      std::vector<std::uint8_t> arg(y.size());
+      cpu_->bn_relu_pool_forward(c, n, h, w, x.data(), gamma.data(), beta.data(), m.data(),
+                                 is.data(), y.data(), arg.data());
+      cpu_->bn_relu_pool_backward(c, n, h, w, x.data(), y.data(), dy.data(), arg.data(),
+                                  gamma.data(), m.data(), is.data(), train, dx.data(), dg.data(),
+                                  db.data());
+      float* gy = dev_zeros(y.size());
+      std::uint8_t* garg = gpu_->alloc_bytes(arg.size());
+      float* gdx = dev_zeros(dx.size());
+      float* gdg = dev_zeros(c);
+      float* gdb = dev_zeros(c);
+      float* ggamma = dev(gamma);
+      gpu_->bn_relu_pool_forward(c, n, h, w, gx, ggamma, dev(beta), gm, gis, gy, garg);
+      gpu_->bn_relu_pool_backward(c, n, h, w, gx, gy, dev(nchw(c, n, hw / 4, dy)), garg, ggamma, gm,
+                                  gis, train, gdx, gdg, gdb);
+      expect_close("bn+relu+pool forward", host(gy, y.size()), nchw(c, n, hw / 4, y), 1e-5, 1e-5);
+      expect_close("bn+relu+pool dx", host(gdx, dx.size()), nchw(c, n, hw, dx), 1e-5, 1e-4);
+      expect_close("bn dgamma", host(gdg, c), dg, 1e-4, 1e-4);
+      expect_close("bn dbeta", host(gdb, c), db, 1e-4, 1e-4);
+      gpu_->free_bytes(garg);
     }
-    // Same statistics into both fused ops.
-    gm = dev(m);
-    gis = dev(is);
-    std::vector<float> y(x.size() / 4), dx(x.size()), dg(c), db(c);
-    std::vector<std::uint8_t> arg(y.size());
-    cpu_->bn_relu_pool_forward(c, n, h, w, x.data(), gamma.data(), beta.data(), m.data(), is.data(),
-                               y.data(), arg.data());
-    cpu_->bn_relu_pool_backward(c, n, h, w, x.data(), y.data(), dy.data(), arg.data(), gamma.data(),
-                                m.data(), is.data(), train, dx.data(), dg.data(), db.data());
-    float* gy = dev_zeros(y.size());
-    std::uint8_t* garg = gpu_->alloc_bytes(arg.size());
-    float* gdx = dev_zeros(dx.size());
-    float* gdg = dev_zeros(c);
-    float* gdb = dev_zeros(c);
-    float* ggamma = dev(gamma);
-    gpu_->bn_relu_pool_forward(c, n, h, w, gx, ggamma, dev(beta), gm, gis, gy, garg);
-    gpu_->bn_relu_pool_backward(c, n, h, w, gx, gy, dev(nchw(c, n, hw / 4, dy)), garg, ggamma, gm,
-                                gis, train, gdx, gdg, gdb);
-    expect_close("bn+relu+pool forward", host(gy, y.size()), nchw(c, n, hw / 4, y), 1e-5, 1e-5);
-    expect_close("bn+relu+pool dx", host(gdx, dx.size()), nchw(c, n, hw, dx), 1e-5, 1e-4);
-    expect_close("bn dgamma", host(gdg, c), dg, 1e-4, 1e-4);
-    expect_close("bn dbeta", host(gdb, c), db, 1e-4, 1e-4);
-    gpu_->free_bytes(garg);
   }
+  cpu_->set_bn_sync(nullptr);
+  gpu_->set_bn_sync(nullptr);
 }
 
 TEST_F(GpuOps, LinearLossSgdAndGatherMatchCpu) {
