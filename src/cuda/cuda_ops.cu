@@ -52,9 +52,9 @@ __device__ void block_sum2(double* a, double* b) {
   *b = sb[0];
 }
 
-// One block per channel of x[N][C][HW]: batch mean / invstd and the running-statistics update.
-__global__ void bn_stats_kernel(int c, int n, int hw, const float* x, double eps, double momentum,
-                                float* mean, float* invstd, float* rm, float* rv) {
+// Block-wide (one block per channel ch = blockIdx.x of x[N][C][HW]): the channel's batch mean
+// and biased variance, summed in double (every thread gets them).
+__device__ void channel_moments(int c, int n, int hw, const float* x, double* mu, double* var) {
   const int ch = blockIdx.x;
   double s = 0, ss = 0;
   const long m = static_cast<long>(n) * hw;
@@ -65,52 +65,54 @@ __global__ void bn_stats_kernel(int c, int n, int hw, const float* x, double eps
     ss += v * v;
   }
   block_sum2(&s, &ss);
-  if (threadIdx.x == 0) {
-    const double md = static_cast<double>(m);
-    const double mu = s / md;
-    const double var = fmax(ss / md - mu * mu, 0.0);
-    mean[ch] = static_cast<float>(mu);
-    invstd[ch] = static_cast<float>(1.0 / sqrt(var + eps));
-    const double unbiased = m > 1 ? var * md / (md - 1) : var;
-    rm[ch] = static_cast<float>((1 - momentum) * rm[ch] + momentum * mu);
-    rv[ch] = static_cast<float>((1 - momentum) * rv[ch] + momentum * unbiased);
-  }
+  const double md = static_cast<double>(m);
+  *mu = s / md;
+  *var = fmax(ss / md - *mu * *mu, 0.0);
 }
 
-// SyncBatchNorm (--sync-bn), forward in two halves around the host exchange: each channel's
-// batch mean and biased variance (one block per channel, as bn_stats_kernel) ...
-__global__ void bn_moments_kernel(int c, int n, int hw, const float* x, double* moments) {
-  const int ch = blockIdx.x;
-  double s = 0, ss = 0;
-  const long m = static_cast<long>(n) * hw;
-  for (long t = threadIdx.x; t < m; t += blockDim.x) {
-    const long i = t / hw, q = t % hw;
-    const double v = x[(i * c + ch) * hw + q];
-    s += v;
-    ss += v * v;
-  }
-  block_sum2(&s, &ss);
-  if (threadIdx.x == 0) {
-    const double md = static_cast<double>(m);
-    const double mu = s / md;
-    moments[2 * ch] = mu;
-    moments[2 * ch + 1] = fmax(ss / md - mu * mu, 0.0);
-  }
-}
-
-// ... and, from the union batch's moments over md values per channel, the saved statistics and
-// the running-statistics update (unbiased over the union), one thread per channel.
-__global__ void bn_finalize_kernel(int c, const double* moments, double md, double eps,
-                                   double momentum, float* mean, float* invstd, float* rm,
-                                   float* rv) {
-  const int ch = blockIdx.x * blockDim.x + threadIdx.x;
-  if (ch >= c) return;
-  const double mu = moments[2 * ch], var = moments[2 * ch + 1];
+// From a channel's moments over md values: the saved statistics and the running-statistics
+// update (unbiased variance).
+__device__ void finalize_channel(int ch, double mu, double var, double md, double eps,
+                                 double momentum, float* mean, float* invstd, float* rm,
+                                 float* rv) {
   mean[ch] = static_cast<float>(mu);
   invstd[ch] = static_cast<float>(1.0 / sqrt(var + eps));
   const double unbiased = md > 1 ? var * md / (md - 1) : var;
   rm[ch] = static_cast<float>((1 - momentum) * rm[ch] + momentum * mu);
   rv[ch] = static_cast<float>((1 - momentum) * rv[ch] + momentum * unbiased);
+}
+
+// One block per channel: batch mean / invstd and the running-statistics update.
+__global__ void bn_stats_kernel(int c, int n, int hw, const float* x, double eps, double momentum,
+                                float* mean, float* invstd, float* rm, float* rv) {
+  double mu = 0, var = 0;
+  channel_moments(c, n, hw, x, &mu, &var);
+  if (threadIdx.x == 0) {
+    finalize_channel(blockIdx.x, mu, var, static_cast<double>(n) * hw, eps, momentum, mean, invstd,
+                     rm, rv);
+  }
+}
+
+// SyncBatchNorm (--sync-bn), forward in two halves around the host exchange: this rank's
+// per-channel moments (one block per channel) ...
+__global__ void bn_moments_kernel(int c, int n, int hw, const float* x, double* moments) {
+  double mu = 0, var = 0;
+  channel_moments(c, n, hw, x, &mu, &var);
+  if (threadIdx.x == 0) {
+    moments[2 * blockIdx.x] = mu;
+    moments[2 * blockIdx.x + 1] = var;
+  }
+}
+
+// ... and, from the union batch's moments over md values per channel, the statistics (one thread
+// per channel).
+__global__ void bn_finalize_kernel(int c, const double* moments, double md, double eps,
+                                   double momentum, float* mean, float* invstd, float* rm,
+                                   float* rv) {
+  const int ch = blockIdx.x * blockDim.x + threadIdx.x;
+  if (ch >= c) return;
+  finalize_channel(ch, moments[2 * ch], moments[2 * ch + 1], md, eps, momentum, mean, invstd, rm,
+                   rv);
 }
 
 __global__ void bn_eval_stats_kernel(int c, const float* rm, const float* rv, double eps,
