@@ -2,7 +2,7 @@
 # gpu_compare.sh — GPU side by side in one run: PyTorch DDP (NCCL, eager, dataset preloaded on the
 # GPU) and mnist_ddp (--device cuda), same ConvNet, data, batch 100, SGD(0.01, 0.9), one GPU,
 # EPOCHS epochs (default 10); PyTorch eager and torch.compile(reduce-overhead); mnist_ddp with
-# CUDA graphs and TF32 each on and off. Prints images/s, training seconds, the ratio, both accuracies, and
+# CUDA graphs and TF32 each on and off, and --amp fp16 / bf16 with graphs. Prints images/s, training seconds, the ratio, both accuracies, and
 # mnist_ddp's fraction of the compute floor (16.4 MFLOP per image over the GPU's measured FP32/TF32
 # matrix-product rate). Needs python3 with torch and the mnist_ddp binary (or the bundle).
 set -euo pipefail
@@ -26,8 +26,9 @@ for v in eager compiled; do
     --epochs "$EPOCHS" $([[ $v == compiled ]] && echo --compile) | tee "$OUTD/pytorch_gpu_$v.json" ||
     echo '{"impl": "pytorch_'$v'", "failed": true}' > "$OUTD/pytorch_gpu_$v.json"
 done
-# mnist_ddp: default (CUDA graphs, TF32), then each off.
-variants=("graphs_tf32:" "eager_tf32:--cuda-graphs off" "graphs_fp32:--tf32 off" "eager_fp32:--cuda-graphs off --tf32 off")
+# mnist_ddp: default (CUDA graphs, TF32), then each off, then mixed precision (with graphs).
+variants=("graphs_tf32:" "eager_tf32:--cuda-graphs off" "graphs_fp32:--tf32 off" "eager_fp32:--cuda-graphs off --tf32 off"
+  "graphs_amp_fp16:--amp fp16" "graphs_amp_bf16:--amp bf16")
 for v in "${variants[@]}"; do
   name=${v%%:*}
   # shellcheck disable=SC2086
@@ -42,7 +43,7 @@ rows = []
 for v in ("eager", "compiled"):
     r = json.loads(open(f"{out}/pytorch_gpu_{v}.json").read().strip().splitlines()[-1])
     rows.append((f"PyTorch DDP NCCL {v}", r.get("images_per_s"), r.get("train_s"), r.get("top1")))
-for v in ("graphs_tf32", "eager_tf32", "graphs_fp32", "eager_fp32"):
+for v in ("graphs_tf32", "eager_tf32", "graphs_fp32", "eager_fp32", "graphs_amp_fp16", "graphs_amp_bf16"):
     d = [json.loads(l) for l in open(f"{out}/gpu_{v}/metrics.jsonl") if '"done"' in l][-1]
     rows.append((f"mnist_ddp {v}", d["images_per_s"], d["train_s"], d["top1"]))
 base = rows[0][1]
