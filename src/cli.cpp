@@ -131,7 +131,8 @@ void build(CLI::App& app, Config& c, EnumText& t) {
   app.add_option(
          "--compression", t.compression,
          "gradient communication hook: none | fp16 | bf16 (divide by world size, 16-bit sum) | "
-         "powersgd | powersgd_fp16 | batched_powersgd_fp16 (low-rank, error feedback)")
+         "powersgd | powersgd_fp16 | batched_powersgd_fp16 (low-rank, error feedback; CPU "
+         "backend)")
       ->check(CLI::IsMember(
           {"none", "fp16", "bf16", "powersgd", "powersgd_fp16", "batched_powersgd_fp16"}));
   app.add_option("--powersgd-rank", c.powersgd_rank, "PowerSGD: rank of the low-rank approximation")
@@ -144,7 +145,8 @@ void build(CLI::App& app, Config& c, EnumText& t) {
       ->check(CLI::Range(0.0, 1e6));
   app.add_flag("--sync-bn", c.sync_bn,
                "SyncBatchNorm: batch statistics (and their gradients) over the union of all "
-               "ranks' batches instead of each rank's own (CPU backend)");
+               "ranks' batches instead of each rank's own (on a GPU exchanged through the host, "
+               "without CUDA graphs)");
   app.add_option("--local-sgd-start", c.local_sgd_start,
                  "post-local SGD: global gradient all-reduce for this many steps, then only "
                  "within each node, with a global parameter average every --local-sgd-period "
@@ -243,6 +245,58 @@ ParseOutcome parse_cli(int argc, char** argv, Config& cfg, bool print) {
     throw UserError("--nesterov needs --momentum > 0 and --dampening 0 (as torch.optim.SGD)");
   }
   return ParseOutcome::Run;
+}
+
+void check_flags_for_device(const Config& cfg, Device device, bool thread_multiple) {
+  if (device == Device::Cuda && is_powersgd(cfg.compression)) {
+    throw UserError(
+        fmt::format("--compression {}: PowerSGD runs on the CPU backend only in this version; use "
+                    "--device cpu, or --compression none|fp16|bf16 on the GPU",
+                    to_string(cfg.compression)));
+  }
+  if (device == Device::Cuda && cfg.compression != Compression::None &&
+      cfg.comm == CommChoice::Mpi) {
+    throw UserError(fmt::format(
+        "--compression {} with --comm mpi on a GPU: the GPU hooks encode and sum on NCCL's "
+        "stream; use --comm nccl (one GPU per rank), or --compression none",
+        to_string(cfg.compression)));
+  }
+  if (cfg.overlap_engine == OverlapEngine::Thread && !thread_multiple) {
+    throw UserError(
+        "--overlap-engine thread: this MPI library does not provide MPI_THREAD_MULTIPLE; use "
+        "--overlap-engine test");
+  }
+  if (cfg.overlap_engine == OverlapEngine::Thread && device == Device::Cuda) {
+    throw UserError(
+        "--overlap-engine thread: the communication thread is the CPU backend's; on the GPU "
+        "the bucket all-reduces overlap backward on NCCL's own stream (drop the flag)");
+  }
+  if (cfg.overlap_engine == OverlapEngine::Thread && cfg.local_sgd_start >= 0) {
+    throw UserError(
+        "--overlap-engine thread with --local-sgd-start: the communication thread reduces "
+        "over the whole job only; use --overlap-engine test for post-local SGD");
+  }
+  if (cfg.amp != AmpMode::Off && device == Device::Cpu) {
+    throw UserError(fmt::format(
+        "--amp {}: mixed precision runs on the GPU backend only, and this run is on the CPU{}; "
+        "drop --amp, or run on a GPU with --device cuda",
+        amp_mode_name(cfg.amp),
+        cfg.device == DeviceChoice::Auto ? " (--device auto found no usable GPU)" : ""));
+  }
+  if (cfg.local_sgd_start >= 0 && device == Device::Cuda && cfg.comm == CommChoice::Mpi) {
+    throw UserError(
+        "--local-sgd-start with --comm mpi on a GPU: the node-local groups are NCCL "
+        "communicators; use --comm nccl (one GPU per rank)");
+  }
+  if (cfg.local_sgd_start >= 0 && cfg.compression != Compression::None) {
+    throw UserError(fmt::format(
+        "--local-sgd-start with --compression {}: post-local SGD uses the plain all-reduce "
+        "(as PyTorch's post_localSGD_hook); drop one of the two",
+        to_string(cfg.compression)));
+  }
+  if (device == Device::Cpu && cfg.comm == CommChoice::Nccl) {
+    throw UserError("--comm nccl works on GPU memory: use it with --device cuda (or --comm mpi)");
+  }
 }
 
 std::string help_text() {

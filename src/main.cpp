@@ -81,55 +81,7 @@ int run(int argc, char** argv, int rank, int world, const MpiLocality& locality,
   Device device = Device::Cpu;
   run_agreed(*comm, [&] {
     device = resolve_device(cfg.device);
-    if (device == Device::Cuda && is_powersgd(cfg.compression)) {
-      throw UserError(fmt::format(
-          "--compression {}: PowerSGD runs on the CPU backend only in this version; use "
-          "--device cpu, or --compression none|fp16|bf16 on the GPU",
-          to_string(cfg.compression)));
-    }
-    if (device == Device::Cuda && cfg.compression != Compression::None &&
-        cfg.comm == CommChoice::Mpi) {
-      throw UserError(fmt::format(
-          "--compression {} with --comm mpi on a GPU: the GPU hooks encode and sum on NCCL's "
-          "stream; use --comm nccl (one GPU per rank), or --compression none",
-          to_string(cfg.compression)));
-    }
-    if (cfg.overlap_engine == OverlapEngine::Thread && !mpi_thread_multiple()) {
-      throw UserError(
-          "--overlap-engine thread: this MPI library does not provide MPI_THREAD_MULTIPLE; use "
-          "--overlap-engine test");
-    }
-    if (cfg.overlap_engine == OverlapEngine::Thread && device == Device::Cuda) {
-      throw UserError(
-          "--overlap-engine thread: the communication thread is the CPU backend's; on the GPU "
-          "the bucket all-reduces overlap backward on NCCL's own stream (drop the flag)");
-    }
-    if (cfg.overlap_engine == OverlapEngine::Thread && cfg.local_sgd_start >= 0) {
-      throw UserError(
-          "--overlap-engine thread with --local-sgd-start: the communication thread reduces "
-          "over the whole job only; use --overlap-engine test for post-local SGD");
-    }
-    if (cfg.amp != AmpMode::Off && device == Device::Cpu) {
-      throw UserError(fmt::format(
-          "--amp {}: mixed precision runs on the GPU backend only, and this run is on the CPU{}; "
-          "drop --amp, or run on a GPU with --device cuda",
-          amp_mode_name(cfg.amp),
-          cfg.device == DeviceChoice::Auto ? " (--device auto found no usable GPU)" : ""));
-    }
-    if (cfg.local_sgd_start >= 0 && device == Device::Cuda && cfg.comm == CommChoice::Mpi) {
-      throw UserError(
-          "--local-sgd-start with --comm mpi on a GPU: the node-local groups are NCCL "
-          "communicators; use --comm nccl (one GPU per rank)");
-    }
-    if (cfg.local_sgd_start >= 0 && cfg.compression != Compression::None) {
-      throw UserError(fmt::format(
-          "--local-sgd-start with --compression {}: post-local SGD uses the plain all-reduce "
-          "(as PyTorch's post_localSGD_hook); drop one of the two",
-          to_string(cfg.compression)));
-    }
-    if (device == Device::Cpu && cfg.comm == CommChoice::Nccl) {
-      throw UserError("--comm nccl works on GPU memory: use it with --device cuda (or --comm mpi)");
-    }
+    check_flags_for_device(cfg, device, mpi_thread_multiple());
   });
   // GPU pinning comes before any other CUDA call that touches a device (DESIGN.md §5).
   std::string device_text = to_string(device);

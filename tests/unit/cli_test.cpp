@@ -64,6 +64,44 @@ TEST(Cli, AmpModes) {
   EXPECT_NE(parse_error({"--amp", "fp8"}).find("--amp"), std::string::npos);
 }
 
+// What the resolved device cannot run: checked on this (GPU-less) machine by passing the device.
+std::string device_error(std::vector<std::string> args, Device device,
+                         bool thread_multiple = true) {
+  const Config c = parse_ok(std::move(args));
+  try {
+    check_flags_for_device(c, device, thread_multiple);
+  } catch (const UserError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Cli, FlagCombinationsTheDeviceCannotRunNameTheFlags) {
+  const auto gpu = Device::Cuda, cpu = Device::Cpu;
+  const auto has = [](const std::string& m, const char* what) {
+    return m.find(what) != std::string::npos;
+  };
+  EXPECT_TRUE(has(device_error({"--compression", "powersgd"}, gpu), "--compression powersgd"));
+  EXPECT_TRUE(has(device_error({"--compression", "fp16", "--comm", "mpi"}, gpu), "--comm nccl"));
+  EXPECT_TRUE(has(device_error({"--overlap-engine", "thread"}, gpu), "--overlap-engine thread"));
+  EXPECT_TRUE(has(device_error({"--overlap-engine", "thread"}, cpu, false), "MPI_THREAD_MULTIPLE"));
+  EXPECT_TRUE(has(device_error({"--overlap-engine", "thread", "--local-sgd-start", "3"}, cpu),
+                  "--local-sgd-start"));
+  EXPECT_TRUE(has(device_error({"--amp", "fp16", "--device", "cpu"}, cpu), "--amp fp16"));
+  EXPECT_TRUE(has(device_error({"--amp", "bf16"}, cpu), "--device auto found no usable GPU"));
+  EXPECT_TRUE(has(device_error({"--local-sgd-start", "3", "--comm", "mpi"}, gpu), "--comm nccl"));
+  EXPECT_TRUE(has(device_error({"--local-sgd-start", "3", "--compression", "bf16"}, cpu),
+                  "--compression bf16"));
+  EXPECT_TRUE(has(device_error({"--comm", "nccl"}, cpu), "--comm nccl works on GPU memory"));
+  // What each device does run passes.
+  for (const auto& ok : std::vector<std::vector<std::string>>{
+           {"--compression", "fp16"}, {"--amp", "fp16"}, {"--sync-bn"}, {"--local-sgd-start", "3"}})
+    EXPECT_EQ(device_error(ok, gpu), "") << ok[0];
+  for (const auto& ok : std::vector<std::vector<std::string>>{
+           {"--compression", "powersgd"}, {"--overlap-engine", "thread"}, {"--sync-bn"}})
+    EXPECT_EQ(device_error(ok, cpu), "") << ok[0];
+}
+
 TEST(Cli, RejectionsNameTheFlag) {
   EXPECT_NE(parse_error({"--bogus"}).find("--bogus"), std::string::npos);
   EXPECT_NE(parse_error({"--batch-size", "0"}).find("--batch-size"), std::string::npos);
