@@ -7,6 +7,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -163,6 +164,11 @@ TEST_F(CheckpointTest, AmpLossScaleRoundTripsAndIsCoveredByTheCrc) {
     H5Fclose(f);
   }
   expect_error([&] { load_checkpoint(path, layout_); }, path, "CRC32");
+  // A non-finite scale (consistent CRC: written that way) is refused by name, not resumed from.
+  TrainingState bad = state(11);
+  bad.loss_scale = std::numeric_limits<double>::infinity();
+  const std::string inf_path = save_checkpoint(dir_.string(), bad, layout_);
+  expect_error([&] { load_checkpoint(inf_path, layout_); }, inf_path, "/amp loss_scale");
   // Trained without --amp fp16: no /amp group, and a load reports no scale.
   const std::string plain = save_checkpoint(dir_.string(), state(10), layout_);
   EXPECT_EQ(load_checkpoint(plain, layout_).loss_scale, 0.0);
