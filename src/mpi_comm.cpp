@@ -178,13 +178,17 @@ std::unique_ptr<Comm> make_mpi_comm() {
   return std::make_unique<MpiComm>(MPI_COMM_WORLD, false);
 }
 
-std::unique_ptr<Comm> make_mpi_group_comm(int color) {
+MPI_Comm split_world(int color) {
   int rank = 0;
   MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
   MPI_Comm group = MPI_COMM_NULL;
   // Collective: every rank of the job names its group; ranks keep their world order inside it.
   MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, color, rank, &group));
-  return std::make_unique<MpiComm>(group, true);
+  return group;
+}
+
+std::unique_ptr<Comm> make_mpi_group_comm(int color) {
+  return std::make_unique<MpiComm>(split_world(color), true);
 }
 
 }  // namespace mnist_ddp

@@ -14,6 +14,7 @@
 #include "mnist_ddp/check.hpp"
 #include "mnist_ddp/comm.hpp"
 #include "mnist_ddp/cuda_check.hpp"
+#include "mnist_ddp/mpi_types.hpp"
 
 namespace mnist_ddp {
 namespace {
@@ -317,12 +318,8 @@ std::unique_ptr<Comm> make_nccl_comm() {
 }
 
 std::unique_ptr<Comm> make_nccl_group_comm(int color) {
-  int rank = 0;
-  MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
-  MPI_Comm group = MPI_COMM_NULL;
-  // Collective: every rank of the job names its group; ranks keep their world order inside it.
-  MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, color, rank, &group));
-  return std::make_unique<NcclComm>(group, true);
+  // Collective (MPI, then NCCL's bootstrap within the group).
+  return std::make_unique<NcclComm>(split_world(color), true);
 }
 
 }  // namespace mnist_ddp
