@@ -1,8 +1,13 @@
 // agree.cpp — run_agreed: one all-reduce decides whether the job goes on.
 #include "mnist_ddp/agree.hpp"
 
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <string>
 
 #include "mnist_ddp/check.hpp"
@@ -28,6 +33,20 @@ void run_agreed(Comm& comm, const std::function<void()>& fn) {
     std::fflush(stderr);
   }
   throw AgreedExit{-v[1]};
+}
+
+std::string agree_first_failure(Comm& comm, const std::string& mine) {
+  // Collective: the lowest failing rank (size() when none failed).
+  std::int64_t first = mine.empty() ? comm.size() : comm.rank();
+  comm.allreduce(std::span<std::int64_t>(&first, 1), ReduceOp::Min);
+  if (first == comm.size()) return "";
+  // Collective: that rank's message, NUL-padded into 32 words, so every rank can report it.
+  std::array<std::uint64_t, 32> words{};
+  if (first == comm.rank()) {
+    std::memcpy(words.data(), mine.data(), std::min(mine.size(), words.size() * 8 - 1));
+  }
+  comm.broadcast(std::span<std::uint64_t>(words), static_cast<int>(first));
+  return fmt::format("rank {}: {}", first, reinterpret_cast<const char*>(words.data()));
 }
 
 }  // namespace mnist_ddp

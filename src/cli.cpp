@@ -174,6 +174,9 @@ void build(CLI::App& app, Config& c, EnumText& t) {
   app.add_option("--debug-exit-rank", c.debug_exit_rank,
                  "testing: this rank exits with status 1 before step 3, without MPI_Finalize")
       ->check(CLI::Range(-1, 1 << 20));
+  app.add_flag("--debug-fail-capture", c.debug_fail_capture,
+               "testing: every CUDA graph capture makes a call that is illegal while capturing, "
+               "so the run must fall back to eager steps (the fallback's test)");
   app.add_option("--requeue-signal", t.requeue_signal,
                  "signal that means \"preempted soon\": checkpoint at the next step boundary and "
                  "stop (SIGTERM does the same); USR1 | USR2 | TERM | HUP")

@@ -128,12 +128,25 @@ std::uint64_t Comm::watch_begin(const char* op, std::size_t count, DType type,
     }
   }
   if (watchdog_ == nullptr) return 0;
-  return watchdog_->begin(
-      fmt::format("{} {} x {} on a {}-rank communicator", op, count, tn, size()));
+  const std::uint64_t seq =
+      watchdog_->begin(fmt::format("{} {} x {} on a {}-rank communicator", op, count, tn, size()));
+  open_watches_.push_back(seq);
+  return seq;
 }
 
 void Comm::watch_end(std::uint64_t seq) {
-  if (watchdog_ != nullptr && seq != 0) watchdog_->end(seq);
+  if (watchdog_ == nullptr || seq == 0) return;
+  watchdog_->end(seq);
+  std::erase(open_watches_, seq);
+}
+
+void Comm::rewind(const Mark& m) {
+  payload_bytes_ = m.payload_bytes;
+  collectives_ = m.collectives;
+  // What was registered after the mark never ran (a capture that failed): nothing to wait for.
+  for (const std::uint64_t seq : open_watches_) watchdog_->end(seq);
+  open_watches_.clear();
+  rewind_step();
 }
 
 void Comm::fingerprint_allgather(const std::uint64_t* send, std::uint64_t* recv) {
@@ -141,6 +154,12 @@ void Comm::fingerprint_allgather(const std::uint64_t* send, std::uint64_t* recv)
 }
 bool Comm::capturable() const {
   return false;
+}
+bool Comm::device_memory() const {
+  return false;
+}
+const char* Comm::transport() const {
+  return "MPI";
 }
 
 void Comm::broadcast(std::span<float> d, int root) {

@@ -32,13 +32,16 @@ void release_cuda_device() {}
 std::unique_ptr<Comm> make_host_staged_comm() {
   throw UserError("--comm mpi with --device cuda: this mnist_ddp was built without CUDA");
 }
+std::unique_ptr<Comm> make_host_staged_group_comm(int) {
+  throw UserError("--comm mpi with --device cuda: this mnist_ddp was built without CUDA");
+}
 std::unique_ptr<Comm> make_nccl_group_comm(int) {
   throw UserError("--local-sgd-start on a GPU: this mnist_ddp was built without CUDA");
 }
 std::unique_ptr<Comm> make_nccl_comm() {
   throw UserError("--comm nccl: this mnist_ddp was built without CUDA (make USE_CUDA=1)");
 }
-StepGraphs::StepGraphs(void* stream) : stream_(stream) {
+StepGraphs::StepGraphs(void* stream, CaptureHooks, bool) : stream_(stream) {
   throw UserError("--cuda-graphs: this mnist_ddp was built without CUDA");
 }
 StepGraphs::~StepGraphs() = default;

@@ -211,6 +211,26 @@ void Reducer::note_replayed_step() {
   wire_mark_ = stats_.wire_bytes;
 }
 
+Reducer::Mark Reducer::mark() const {
+  return Mark{stats_, payload_mark_, wire_mark_, last_payload_, last_wire_};
+}
+
+void Reducer::rewind(const Mark& m) {
+  MNIST_DDP_CHECK(!worker_.joinable() && !powersgd_,
+                  "only the device-memory reducer can forget a step");
+  stats_ = m.stats;
+  payload_mark_ = m.payload_mark;
+  wire_mark_ = m.wire_mark;
+  last_payload_ = m.last_payload;
+  last_wire_ = m.last_wire;
+  launch_order_.clear();
+  for (std::size_t b = 0; b < buckets_.size(); ++b) {
+    ready_[b] = static_cast<int>(buckets_[b].layers.size());
+    request_[b] = -2;
+    done_[b] = false;
+  }
+}
+
 void Reducer::finish_step() {
   const double t0 = now();
   ++stats_.steps;

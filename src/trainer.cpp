@@ -50,6 +50,31 @@ std::string fmt_eta(double s) {
 
 }  // namespace
 
+GradientPath choose_gradient_path(const Config& cfg, Device device, const Comm& data_comm) {
+  GradientPath p;
+  if (device != Device::Cuda) return p;
+  MNIST_DDP_CHECK(data_comm.device_memory(),
+                  "a GPU run needs a communicator whose collectives take device memory");
+  p.device_reducer = true;
+  if (!cfg.cuda_graphs) return p;
+  if (cfg.sync_bn) {
+    p.why_no_graphs =
+        "--sync-bn exchanges BN statistics through the host inside the step (a step's "
+        "collectives differ from step to step or need the host)";
+  } else if (cfg.local_sgd_start >= 0) {
+    p.why_no_graphs =
+        "post-local SGD switches groups and averages parameters every period (a step's "
+        "collectives differ from step to step or need the host)";
+  } else if (!data_comm.capturable()) {
+    p.why_no_graphs =
+        "the host-staged MPI all-reduce (--comm mpi with several ranks) runs on the host each "
+        "step; use --comm nccl for graph replay";
+  } else {
+    p.graphs = true;
+  }
+  return p;
+}
+
 Trainer::Trainer(const Config& cfg, Comm& comm, Comm& data_comm, Ops& ops, ConvNet& model,
                  const DataSplit& data, Logger& log, Comm* local_comm, Comm* thread_comm)
     : cfg_(cfg),
@@ -74,14 +99,16 @@ Trainer::Trainer(const Config& cfg, Comm& comm, Comm& data_comm, Ops& ops, ConvN
   lr_.warmup_steps = cfg.warmup_steps;
   lr_.total_steps = total_steps_;
   lr_.min_lr = cfg.min_lr;
-  if (ops.device() == Device::Cuda && data_comm.capturable()) {
-    // GPU with NCCL: each bucket's all-reduce starts on the NCCL stream as soon as backward has
-    // produced it, while the compute stream goes on with the earlier layers (nccl_comm.cu).
-    // fp16/bf16 hooks: encoded, summed in 16 bits and decoded on the device (NcclComm).
+  const GradientPath path = choose_gradient_path(cfg, ops.device(), data_comm);
+  if (path.device_reducer) {
+    // GPU: each bucket's all-reduce starts as soon as backward has produced it (NCCL: on its own
+    // stream while the compute stream goes on with the earlier layers, nccl_comm.cu; host-staged
+    // MPI: blocking, staged through the host). fp16/bf16 hooks: encoded, summed in 16 bits and
+    // decoded on the device (NcclComm).
     reducer_ = std::make_unique<Reducer>(
         data_comm, model, static_cast<std::size_t>(cfg.bucket_cap_kb) * 1024, !cfg.no_overlap,
         cfg.compression, PowerSgdConfig{}, OverlapEngine::Test, nullptr, /*device_memory=*/true);
-  } else if (ops.device() == Device::Cpu) {
+  } else {
     reducer_ = std::make_unique<Reducer>(
         data_comm, model, static_cast<std::size_t>(cfg.bucket_cap_kb) * 1024, !cfg.no_overlap,
         cfg.compression,
@@ -95,21 +122,12 @@ Trainer::Trainer(const Config& cfg, Comm& comm, Comm& data_comm, Ops& ops, ConvN
     bn_sync_ = make_sync_bn(ops.device() == Device::Cuda ? comm : data_comm);
     ops.set_bn_sync(&bn_sync_);
   }
-  MNIST_DDP_CHECK(cfg.local_sgd_start < 0 || (local_comm != nullptr && reducer_),
-                  "post-local SGD needs the node-local group and the reducer");
-  if (ops.device() == Device::Cuda && cfg.cuda_graphs) {
-    if (cfg.sync_bn || cfg.local_sgd_start >= 0) {
-      log.info(fmt::format(
-          "CUDA graphs off: {} (a step's collectives differ from step to step or need the host)",
-          cfg.sync_bn ? "--sync-bn exchanges BN statistics through the host inside the step"
-                      : "post-local SGD switches groups and averages parameters every period"));
-    } else if (data_comm.capturable()) {
-      graphs_ = std::make_unique<StepGraphs>(ops.stream());
-    } else {
-      log.info(
-          "CUDA graphs off: the host-staged MPI all-reduce (--comm mpi with several ranks) runs on "
-          "the host each step; use --comm nccl for graph replay");
-    }
+  MNIST_DDP_CHECK(cfg.local_sgd_start < 0 || local_comm != nullptr,
+                  "post-local SGD needs the node-local group");
+  if (path.graphs) {
+    graphs_ = std::make_unique<StepGraphs>(ops.stream(), capture_hooks(), cfg.debug_fail_capture);
+  } else if (!path.why_no_graphs.empty()) {
+    log.info("CUDA graphs off: " + path.why_no_graphs);
   }
   if (cfg.amp != AmpMode::Off) {
     // Mixed precision: bf16 needs no loss scale (fp32's exponent range); fp16 gets the scaler,
@@ -164,14 +182,40 @@ void Trainer::train_step(int n) {
   };
   if (!graphs_) {
     body();
-  } else if (graphs_->run(n, body) == StepRun::Replayed) {
+  } else if (const StepRun how = graphs_->run(n, body); how == StepRun::Replayed) {
     // The replay did on the device what body() would have counted on the host.
     model_.note_replayed_train_forward();
     sgd_.note_replayed_step();
-    if (reducer_) reducer_->note_replayed_step();
+    reducer_->note_replayed_step();
     ++replays_;
+  } else if (how == StepRun::FellBack) {
+    log_.info(fmt::format(
+        "warning: CUDA graphs: capture failed for batch size {} on {}; every rank runs steps of "
+        "that size eagerly from now on (correct, slower)",
+        n, graphs_->last_failure()));
   }
   ++step_;
+}
+
+CaptureHooks Trainer::capture_hooks() {
+  CaptureHooks h;
+  h.save = [this] {
+    const auto tracked = model_.num_batches_tracked();
+    before_capture_.num_batches_tracked.assign(tracked.begin(), tracked.end());
+    before_capture_.sgd_steps = sgd_.steps_taken();
+    before_capture_.reducer = reducer_->mark();
+    before_capture_.data_comm = data_comm_.mark();
+  };
+  // Collective (host MPI, once per captured batch size): did every rank capture the step?
+  h.agree = [this](const std::string& mine) { return agree_first_failure(comm_, mine); };
+  h.restore = [this] {
+    std::copy(before_capture_.num_batches_tracked.begin(),
+              before_capture_.num_batches_tracked.end(), model_.num_batches_tracked().begin());
+    sgd_.rewind_steps(before_capture_.sgd_steps);
+    reducer_->rewind(before_capture_.reducer);
+    data_comm_.rewind(before_capture_.data_comm);
+  };
+  return h;
 }
 
 void Trainer::step_body(const float* x, const std::int32_t* y, int n, Mode mode) {
@@ -182,17 +226,13 @@ void Trainer::step_body(const float* x, const std::int32_t* y, int n, Mode mode)
   // Mean loss over the local batch; averaging the gradients over ranks gives the global mean.
   ops_.accumulate_loss(n, kClasses, logits, y, dlogits_.data(), 1.0 / n);
   const bool local = cfg_.local_sgd_start >= 0 && step_ >= cfg_.local_sgd_start;
-  if (reducer_) {
-    // Post-local SGD: gradients averaged over the whole job for the first --local-sgd-start
-    // steps, then only within this node's group (PyTorch's post_localSGD_hook).
-    reducer_->use_comm(local ? *local_comm_ : data_comm_);
-    // Each bucket's all-reduce starts as soon as backward has produced its gradients.
-    model_.backward(dlogits_.data(), [this](int layer) { reducer_->layer_ready(layer); });
-    reducer_->finish();
-  } else {
-    model_.backward(dlogits_.data(), nullptr);
-    average_gradients(data_comm_, model_);
-  }
+  // Post-local SGD: gradients averaged over the whole job for the first --local-sgd-start
+  // steps, then only within this node's group (PyTorch's post_localSGD_hook).
+  reducer_->use_comm(local ? *local_comm_ : data_comm_);
+  // Collectives (inside): each bucket's all-reduce starts as soon as backward has produced its
+  // gradients; finish() waits for them and divides by the world size.
+  model_.backward(dlogits_.data(), [this](int layer) { reducer_->layer_ready(layer); });
+  reducer_->finish();
   // --amp fp16: the averaged gradients back to true scale; all ranks agree on inf/NaN.
   if (scaler_) unscale_and_agree(*scaler_, data_comm_, model_.grads());
   sgd_.step_at_step(model_.params(), model_.grads());  // a no-op where found_inf (set_amp)
@@ -297,7 +337,7 @@ void Trainer::resume_from(const TrainingState& s) {
         "resume: the checkpoint has no loss scale (trained without --amp fp16); starting "
         "the scaler at 65536");
   }
-  if (PowerSgd* p = reducer_ ? reducer_->powersgd() : nullptr) {
+  if (PowerSgd* p = reducer_->powersgd()) {
     const std::int64_t iter = s.hook_iter >= 0 ? s.hook_iter : s.step;
     if (s.rank_arrays.size() == static_cast<std::size_t>(comm_.size())) {
       p->restore(s.rank_arrays[static_cast<std::size_t>(comm_.rank())], iter, s.hook_rng);
@@ -347,7 +387,7 @@ TrainingState Trainer::state() const {
   s.dampening = cfg_.dampening;
   s.weight_decay = cfg_.weight_decay;
   s.nesterov = cfg_.nesterov;
-  if (PowerSgd* p = reducer_ ? reducer_->powersgd() : nullptr) {
+  if (PowerSgd* p = reducer_->powersgd()) {
     s.hook_iter = p->iter();
     s.hook_rng = p->rng_state();
   }
@@ -361,7 +401,7 @@ TrainingState Trainer::state() const {
 
 std::vector<std::vector<std::pair<std::string, std::vector<float>>>> Trainer::gather_hook_state() {
   std::vector<std::vector<std::pair<std::string, std::vector<float>>>> out;
-  PowerSgd* p = reducer_ ? reducer_->powersgd() : nullptr;
+  PowerSgd* p = reducer_->powersgd();
   if (p == nullptr) return out;
   // Every rank holds the same names and sizes (the hook runs in lockstep), only the values
   // (error feedback) differ.
@@ -488,18 +528,18 @@ TrainResult Trainer::run() {
     train_seconds += seconds_since(t0);
     if (window_images_ > 0) log_window(epoch_, train_seconds);
     const bool epoch_done = offset_ >= static_cast<std::int64_t>(order.size());
-    if (reducer_) {
+    {
       const ReducerStats rs = reducer_->take_stats();
       const bool gpu = ops_.device() == Device::Cuda;
       if (gpu) {
         // The GPU's all-reduces complete asynchronously: host clocks would time the enqueue.
         log_.info(fmt::format(
-            "comm epoch {}: {} buckets{} on the NCCL stream, hook {}, {} per step handed to "
+            "comm epoch {}: {} buckets{} on the {}, hook {}, {} per step handed to "
             "all-reduce, ~{} sent per rank (timing: asynchronous on the GPU, profile with nsys)",
             epoch_ + 1, reducer_->buckets().size(),
             cfg_.no_overlap ? " (--no-overlap: one all-reduce after backward)"
                             : " (overlapped with backward)",
-            to_string(cfg_.compression),
+            data_comm_.transport(), to_string(cfg_.compression),
             fmt_bytes(static_cast<double>(rs.payload_bytes) /
                       static_cast<double>(std::max<std::int64_t>(rs.steps, 1))),
             fmt_bytes(static_cast<double>(rs.wire_bytes))));

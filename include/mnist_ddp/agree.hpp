@@ -4,6 +4,7 @@
 #pragma once
 
 #include <functional>
+#include <string>
 
 #include "mnist_ddp/comm.hpp"
 
@@ -18,5 +19,11 @@ struct AgreedExit {
 // threw UserError, the lowest such rank prints "mnist_ddp: error: <message>" once, and every rank
 // throws AgreedExit with the largest exit code any rank reported.
 void run_agreed(Comm& comm, const std::function<void()>& fn);
+
+// Collective (host memory): every rank passes its own failure ("" for none). Returns "" on every
+// rank when nobody failed, else the same "rank R: <R's message>" everywhere, R the lowest failing
+// rank (the message is cut to 255 bytes). For recoverable failures every rank must handle alike
+// (a CUDA graph capture that one rank could not make).
+std::string agree_first_failure(Comm& comm, const std::string& mine);
 
 }  // namespace mnist_ddp

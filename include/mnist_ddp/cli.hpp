@@ -66,6 +66,7 @@ struct Config {
   bool debug_collectives = false;   // fingerprint check across ranks before every collective
   int debug_hang_rank = -1;         // test seam: this rank stops before step 3 (forever)
   int debug_exit_rank = -1;         // test seam: this rank exits 1 before step 3
+  bool debug_fail_capture = false;  // test seam: every CUDA graph capture fails (eager fallback)
   bool requeue = false;             // on the requeue signal / SIGTERM under Slurm: scontrol requeue
   int requeue_signal = SIGUSR1;     // --requeue-signal (signals.hpp parse_signal)
   Progress progress = Progress::Auto;

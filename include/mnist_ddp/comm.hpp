@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <vector>
 
 namespace mnist_ddp {
 
@@ -67,6 +68,23 @@ class Comm {
   virtual void bind_stream(void* stream);
   // True when a step using this communicator can be captured in a CUDA graph.
   virtual bool capturable() const;
+  // True when this communicator's collectives take device memory (NCCL, host-staged MPI): the
+  // GPU's gradients go through a device-memory Reducer exactly when this holds, whether or not a
+  // step can be captured.
+  virtual bool device_memory() const;
+  // What carries the collectives, for logs: "MPI", "NCCL stream", "host-staged MPI".
+  virtual const char* transport() const;
+
+  // Where this communicator's host-side bookkeeping stands (bytes, collective sequence, open
+  // watchdog entries, requests of the current step). A CUDA graph capture that fails part-way has
+  // registered collectives that never ran; rewind(mark) taken before the capture forgets them, so
+  // the eager rerun of the step issues the same sequence on every rank.
+  struct Mark {
+    std::uint64_t payload_bytes = 0;
+    std::uint64_t collectives = 0;
+  };
+  Mark mark() const { return Mark{payload_bytes_, collectives_}; }
+  void rewind(const Mark& m);
 
   virtual void barrier() = 0;
   // Ends every rank of the job now (internal failures only).
@@ -95,12 +113,15 @@ class Comm {
   virtual void broadcast_raw(void* data, std::size_t count, DType type, int root) = 0;
   virtual void allgather_raw(const void* send, void* recv, std::size_t count, DType type) = 0;
   void count_bytes(std::size_t bytes) { payload_bytes_ += bytes; }
+  // rewind()'s part for a subclass's own per-step state (NcclComm: its request counters).
+  virtual void rewind_step() {}
 
  private:
   std::uint64_t payload_bytes_ = 0;
   CollectiveWatchdog* watchdog_ = nullptr;
   bool debug_collectives_ = false;
   std::uint64_t collectives_ = 0;  // issued on this communicator (the fingerprint's sequence)
+  std::vector<std::uint64_t> open_watches_;  // watchdog entries begun and not yet ended
 };
 
 // Host-memory collectives over MPI_COMM_WORLD.
@@ -118,5 +139,8 @@ std::unique_ptr<Comm> make_nccl_group_comm(int color);
 // MPI collectives on device memory, staged through host buffers (--comm mpi on a GPU: lets
 // several ranks share one GPU). "Built without CUDA" in a CPU-only build.
 std::unique_ptr<Comm> make_host_staged_comm();
+// The same over the ranks that pass the same color (collective over the world; a rank's own
+// color makes a world of one, as tests need).
+std::unique_ptr<Comm> make_host_staged_group_comm(int color);
 
 }  // namespace mnist_ddp

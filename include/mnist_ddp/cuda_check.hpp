@@ -1,6 +1,8 @@
 // cuda_check.hpp — one check macro per GPU library (CUDA runtime, cuDNN, cuBLAS, NCCL): each
 // evaluates its expression once and, on failure, prints the expression, file:line, rank, host and
-// the library's own error string, then aborts the whole job. Included only by src/cuda/*.cu.
+// the library's own error string, then aborts the whole job. Inside a ThrowOnCheckFailure scope
+// (a CUDA graph capture) a failure throws CheckFailure instead, so the capture can be abandoned.
+// Included only by src/cuda/*.cu and the CUDA tests.
 #pragma once
 
 #include <cublas_v2.h>
@@ -8,13 +10,38 @@
 #include <cudnn.h>
 #include <nccl.h>
 
+#include <stdexcept>
+#include <string>
+
 namespace mnist_ddp {
+
+// A failed check inside a ThrowOnCheckFailure scope; what() names the call and the error.
+class CheckFailure : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// While alive, failed checks on this thread throw CheckFailure instead of aborting the job (the
+// capture of a step: a call that is illegal while capturing must not end every rank). Nests.
+class ThrowOnCheckFailure {
+ public:
+  ThrowOnCheckFailure();
+  ~ThrowOnCheckFailure();
+  ThrowOnCheckFailure(const ThrowOnCheckFailure&) = delete;
+  ThrowOnCheckFailure& operator=(const ThrowOnCheckFailure&) = delete;
+
+ private:
+  bool previous_;
+};
 
 [[noreturn]] void fail_cuda(cudaError_t rc, const char* expr, const char* file, int line);
 [[noreturn]] void fail_cudnn(cudnnStatus_t rc, const char* expr, const char* file, int line);
 [[noreturn]] void fail_cublas(cublasStatus_t rc, const char* expr, const char* file, int line);
-// NCCL failures also report ncclGetLastError and abort the communicator first when given.
-[[noreturn]] void fail_nccl(ncclResult_t rc, const char* expr, const char* file, int line);
+// NCCL failures also report ncclGetLastError; given a communicator, it is aborted first
+// (ncclCommAbort releases the peers blocked in a collective with it), unless the failure is
+// thrown (inside a ThrowOnCheckFailure scope nothing ran on the communicator).
+[[noreturn]] void fail_nccl(ncclResult_t rc, const char* expr, const char* file, int line,
+                            ncclComm_t comm = nullptr);
 
 }  // namespace mnist_ddp
 
@@ -39,9 +66,12 @@ namespace mnist_ddp {
       ::mnist_ddp::fail_cublas(mnist_ddp_blas_, #expr, __FILE__, __LINE__); \
   } while (0)
 
-#define NCCL_CHECK(expr)                                                     \
-  do {                                                                       \
-    const ncclResult_t mnist_ddp_nccl_ = (expr);                             \
-    if (mnist_ddp_nccl_ != ncclSuccess && mnist_ddp_nccl_ != ncclInProgress) \
-      ::mnist_ddp::fail_nccl(mnist_ddp_nccl_, #expr, __FILE__, __LINE__);    \
+#define NCCL_CHECK(expr) NCCL_COMM_CHECK(expr, nullptr)
+
+// NCCL_CHECK for a call on an existing communicator: a failure aborts it first.
+#define NCCL_COMM_CHECK(expr, comm)                                               \
+  do {                                                                            \
+    const ncclResult_t mnist_ddp_nccl_ = (expr);                                  \
+    if (mnist_ddp_nccl_ != ncclSuccess && mnist_ddp_nccl_ != ncclInProgress)      \
+      ::mnist_ddp::fail_nccl(mnist_ddp_nccl_, #expr, __FILE__, __LINE__, (comm)); \
   } while (0)

@@ -35,6 +35,8 @@ class Sgd {
   // can be captured in a CUDA graph; note_replayed_step counts an update a graph replay made.
   void step_at_step(std::span<float> params, std::span<const float> grads);
   void note_replayed_step() { ++steps_; }
+  // Back to an earlier step count (a CUDA graph capture that failed: its update never ran).
+  void rewind_steps(std::int64_t steps) { steps_ = steps; }
   std::int64_t steps_taken() const { return steps_; }
   std::span<float> momentum_buffer() { return {buf_.data(), buf_.numel()}; }
   std::span<const float> momentum_buffer() const { return {buf_.data(), buf_.numel()}; }

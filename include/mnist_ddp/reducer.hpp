@@ -70,6 +70,16 @@ class Reducer {
   void finish();
   // A CUDA graph replayed a captured step: count the bytes that step's all-reduces moved.
   void note_replayed_step();
+  // The bookkeeping before a step (statistics and byte marks). rewind(mark) forgets a step that
+  // never ran (a CUDA graph capture that failed part-way): statistics back to the mark, no bucket
+  // started or ready, so the eager rerun starts clean. Device-memory/blocking paths only (a
+  // started host MPI request cannot be taken back).
+  struct Mark {
+    ReducerStats stats;
+    std::uint64_t payload_mark = 0, wire_mark = 0, last_payload = 0, last_wire = 0;
+  };
+  Mark mark() const;
+  void rewind(const Mark& m);
   const std::vector<Bucket>& buckets() const { return buckets_; }
   // The group the gradients are averaged over from the next step on (post-local SGD switches to
   // the node-local group). Between steps only; not with PowerSGD (its state is per group).

@@ -4,33 +4,59 @@
 // is captured on the ops' stream and launched; every later one is a single graph launch. The
 // body must only enqueue work on that stream (and on communicators bound to it); what changes per
 // step reaches the device through Ops::set_step_scalars before the step.
+//
+// A capture can fail (a library call that is illegal while capturing): then every rank, agreed,
+// abandons it, puts the host-side step state back, runs that step eagerly and keeps that batch
+// size eager for the rest of the run. Nothing aborts.
 #pragma once
 
 #include <functional>
 #include <map>
+#include <set>
+#include <string>
 
 namespace mnist_ddp {
 
-enum class StepRun { Eager, Captured, Replayed };
+enum class StepRun { Eager, Captured, Replayed, FellBack };
+
+// What the trainer provides so a failed capture is undone on every rank together.
+struct CaptureHooks {
+  // Before a capture: remember the host-side step state (counters, requests, bookkeeping).
+  std::function<void()> save;
+  // Collective: every rank passes its own failure ("" when it captured); returns "" when every
+  // rank captured, else the same description of the first failure on every rank.
+  std::function<std::string(const std::string&)> agree;
+  // After an agreed failure: the host-side state back to what save() saw.
+  std::function<void()> restore;
+};
 
 class StepGraphs {
  public:
-  // stream: Ops::stream() (a cudaStream_t). A "built without CUDA" UserError in a CPU-only build.
-  explicit StepGraphs(void* stream);
+  // stream: Ops::stream() (a cudaStream_t). inject_failure: the --debug-fail-capture test seam (a
+  // call that is illegal while capturing, made inside every capture). A "built without CUDA"
+  // UserError in a CPU-only build.
+  StepGraphs(void* stream, CaptureHooks hooks, bool inject_failure = false);
   ~StepGraphs();
   StepGraphs(const StepGraphs&) = delete;
   StepGraphs& operator=(const StepGraphs&) = delete;
 
   // Runs the step for batch size n: body() eagerly, or body() captured and then launched, or the
-  // captured graph launched (body not called). Says which.
+  // captured graph launched (body not called), or, when the capture failed on some rank, body()
+  // eagerly after hooks.restore(). Says which.
   StepRun run(int n, const std::function<void()>& body);
   // Graphs captured so far.
   int captured() const { return static_cast<int>(execs_.size()); }
+  // The agreed description of the last failed capture ("" if none failed).
+  const std::string& last_failure() const { return last_failure_; }
 
  private:
   void* stream_;
+  CaptureHooks hooks_;
+  bool inject_failure_;
   std::map<int, int> eager_runs_;  // batch size -> eager steps so far
   std::map<int, void*> execs_;     // batch size -> cudaGraphExec_t
+  std::set<int> eager_only_;       // batch sizes whose capture failed
+  std::string last_failure_;
 };
 
 }  // namespace mnist_ddp

@@ -41,6 +41,17 @@ struct TrainResult {
   std::string last_checkpoint;   // path of the newest checkpoint written by this run
 };
 
+// How a run's gradients travel and whether its steps are graph-captured, decided once from the
+// device and the data communicator (pure: unit-tested without a GPU). A GPU's gradients go
+// through the device-memory Reducer exactly when the communicator's collectives take device
+// memory (NCCL, host-staged MPI), whatever capturable() says; graphs need a capturable step.
+struct GradientPath {
+  bool device_reducer = false;  // the Reducer works on device memory (a GPU run)
+  bool graphs = false;          // the training step is captured in CUDA graphs
+  std::string why_no_graphs;    // --cuda-graphs on but graphs off: why (logged); else ""
+};
+GradientPath choose_gradient_path(const Config& cfg, Device device, const Comm& data_comm);
+
 class Trainer {
  public:
   // comm: host-memory control collectives (agreement, metrics, evaluation sums); data_comm:
@@ -75,6 +86,9 @@ class Trainer {
   // One training step of run(): the batch at offset_ through step_body, eager or as a graph.
   void train_step(int n);
   void log_window(std::int64_t epoch, double elapsed);
+  // StepGraphs' hooks: the host-side step state saved before a capture and put back when the
+  // capture failed on some rank (the step then runs eagerly), and the agreement on that.
+  CaptureHooks capture_hooks();
   // Collective: rank 0 writes, every rank learns whether it worked. preemption: the rolling
   // preemption checkpoint of this job (the previous one is deleted once this one is on disk).
   void checkpoint(const char* why, bool preemption = false);
@@ -89,8 +103,15 @@ class Trainer {
   const DataSplit& data_;
   Logger& log_;
   Sgd sgd_;
-  std::unique_ptr<Reducer> reducer_;  // host-memory backends; the GPU path averages after backward
+  std::unique_ptr<Reducer> reducer_;    // the gradient all-reduces (host or device memory)
   std::unique_ptr<StepGraphs> graphs_;  // GPU with a capturable data communicator
+  struct StepSnapshot {                 // capture_hooks(): host state before a capture
+    std::vector<std::int64_t> num_batches_tracked;
+    std::int64_t sgd_steps = 0;
+    Reducer::Mark reducer;
+    Comm::Mark data_comm;
+  };
+  StepSnapshot before_capture_;
   std::unique_ptr<GradScaler> scaler_;  // --amp fp16: the dynamic loss scale (on the GPU)
   std::int64_t skipped_steps_ = 0;      // --amp fp16: steps skipped on inf/NaN in this run
   std::int64_t replays_ = 0;            // steps run as a graph replay

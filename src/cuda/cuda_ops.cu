@@ -258,16 +258,18 @@ struct DeviceScalars {
 };
 
 // at != nullptr: lr and the first-step flag come from device memory (a captured step).
+// pending != nullptr (--amp fp16): 1 while every step so far was skipped, so this is still the
+// optimizer's first update (track_first_update_kernel keeps it).
 __global__ void sgd_kernel(std::size_t n, float* p, const float* g, float* buf, float lr, float mom,
                            float damp, float wd, bool nesterov, bool first, const DeviceScalars* at,
-                           const float* skip) {
+                           const float* skip, const int* pending) {
   const std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
   if (i >= n) return;
   // --amp fp16: a step whose gradients held inf/NaN (on any rank) changes nothing.
   if (skip != nullptr && *skip != 0.f) return;
   if (at != nullptr) {
     lr = at->lr;
-    first = at->first_step != 0;
+    first = at->first_step != 0 || (pending != nullptr && *pending != 0);
   }
   float d = g[i];
   if (wd != 0.f) d = d + wd * p[i];
@@ -276,6 +278,15 @@ __global__ void sgd_kernel(std::size_t n, float* p, const float* g, float* buf, 
     d = nesterov ? d + mom * buf[i] : buf[i];
   }
   p[i] = p[i] - lr * d;
+}
+
+// After sgd_kernel under --amp fp16 (one thread): a skipped step is no update, so when this step
+// was the first update and was skipped, the next one is the first again. PyTorch's rule: the
+// momentum buffer starts as the gradient at the first step that actually updates.
+__global__ void track_first_update_kernel(const DeviceScalars* at, const float* skip,
+                                          int* pending) {
+  const bool first = at->first_step != 0 || *pending != 0;
+  *pending = first && *skip != 0.f ? 1 : 0;
 }
 
 // One thread per pixel of the batch: x[b][p] = image[order[offset+b]][p] * a + c.
@@ -322,14 +333,22 @@ __global__ void from16_kernel(std::size_t n, const T* x, float* y) {
 
 // ---- cuDNN convolution plans ------------------------------------------------------------------
 
-// The first usable, deterministic entry of a cuDNN heuristics list (best first), else the first.
+// The choice from a cuDNN heuristics list (best first): only entries whose status is success and
+// whose math type the run allows (full FP32 with --tf32 off: FMA math only, as PyTorch asserts),
+// the first deterministic one of those (a run is bitwise reproducible, and graph replay provably
+// equals eager launches), else the first of those; nullptr when none is usable.
 template <typename Perf>
-const Perf& pick_deterministic(const Perf* perf, int found) {
+const Perf* pick_algorithm(const Perf* perf, int found, bool fma_only) {
+  const auto usable = [&](const Perf& p) {
+    return p.status == CUDNN_STATUS_SUCCESS && (!fma_only || p.mathType == CUDNN_FMA_MATH);
+  };
   for (int i = 0; i < found; ++i) {
-    if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].determinism == CUDNN_DETERMINISTIC)
-      return perf[i];
+    if (usable(perf[i]) && perf[i].determinism == CUDNN_DETERMINISTIC) return &perf[i];
   }
-  return perf[0];
+  for (int i = 0; i < found; ++i) {
+    if (usable(perf[i])) return &perf[i];
+  }
+  return nullptr;
 }
 
 // One convolution shape in one precision. x/y/w describe the data cuDNN reads and writes (fp32,
@@ -337,11 +356,15 @@ const Perf& pick_deterministic(const Perf* perf, int found) {
 struct ConvPlan {
   cudnnTensorDescriptor_t x = nullptr, y = nullptr, yf = nullptr, bias = nullptr;
   cudnnFilterDescriptor_t w = nullptr;
-  cudnnConvolutionDescriptor_t conv = nullptr;
+  // One convolution descriptor per direction: each carries the math type cuDNN returned with
+  // that direction's algorithm (cuDNN needs algorithm and math type together, as PyTorch sets).
+  cudnnConvolutionDescriptor_t conv = nullptr, conv_bwd_data = nullptr, conv_bwd_filter = nullptr;
   cudnnConvolutionFwdAlgo_t fwd{};
   cudnnConvolutionBwdDataAlgo_t bwd_data{};
+  bool has_bwd_data = false;  // chosen on first use: layer 1 never computes its input gradient
   cudnnConvolutionBwdFilterAlgo_t bwd_filter{};
-  std::size_t workspace = 0;
+  cudnnDataType_t dtype = CUDNN_DATA_FLOAT;   // of x, y and w
+  cudnnMathType_t math = CUDNN_DEFAULT_MATH;  // asked of the heuristics
   // --amp: 16-bit copies, owned by the plan so their addresses never change (graph replay).
   bool half = false;
   std::size_t x_elems = 0, y_elems = 0, w_elems = 0;
@@ -352,7 +375,8 @@ struct ConvPlan {
     if (yf) cudnnDestroyTensorDescriptor(yf);
     if (bias) cudnnDestroyTensorDescriptor(bias);
     if (w) cudnnDestroyFilterDescriptor(w);
-    if (conv) cudnnDestroyConvolutionDescriptor(conv);
+    for (auto d : {conv, conv_bwd_data, conv_bwd_filter})
+      if (d) cudnnDestroyConvolutionDescriptor(d);
     for (void* p : {hx, hdx, hy, hdy, hw, hdw})
       if (p) cudaFree(p);
   }
@@ -388,6 +412,8 @@ class CudaOps final : public Ops {
     CUDA_CHECK(cudaMemset(loss_sum_, 0, sizeof(double)));
     CUDA_CHECK(cudaMalloc(&dev_scalars_, sizeof(DeviceScalars)));
     CUDA_CHECK(cudaMemset(dev_scalars_, 0, sizeof(DeviceScalars)));
+    CUDA_CHECK(cudaMalloc(&first_pending_, sizeof(int)));
+    CUDA_CHECK(cudaMemset(first_pending_, 0, sizeof(int)));
     CUDA_CHECK(cudaMallocHost(&host_scalars_, kScalarSlots * sizeof(DeviceScalars)));
     for (auto& e : scalar_copied_) CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
   }
@@ -404,6 +430,7 @@ class CudaOps final : public Ops {
     cudaFree(bn_sums_);
     cudaFree(loss_sum_);
     cudaFree(dev_scalars_);
+    cudaFree(first_pending_);
     cudaFreeHost(host_scalars_);
     for (auto e : scalar_copied_) cudaEventDestroy(e);
     cublasDestroy(cublas_);
@@ -439,12 +466,12 @@ class CudaOps final : public Ops {
       // skips the step) and widened into the fp32 gradient arena.
       cast_to16(x, p.hx, p.x_elems);
       cast_to16(dy, p.hdy, p.y_elems);
-      CUDNN_CHECK(cudnnConvolutionBackwardFilter(cudnn_, &one, p.x, p.hx, p.y, p.hdy, p.conv,
-                                                 p.bwd_filter, workspace_, workspace_bytes_, &zero,
-                                                 p.w, p.hdw));
+      CUDNN_CHECK(cudnnConvolutionBackwardFilter(cudnn_, &one, p.x, p.hx, p.y, p.hdy,
+                                                 p.conv_bwd_filter, p.bwd_filter, workspace_,
+                                                 workspace_bytes_, &zero, p.w, p.hdw));
       cast_from16(p.hdw, dw, p.w_elems);
     } else {
-      CUDNN_CHECK(cudnnConvolutionBackwardFilter(cudnn_, &one, p.x, x, p.y, dy, p.conv,
+      CUDNN_CHECK(cudnnConvolutionBackwardFilter(cudnn_, &one, p.x, x, p.y, dy, p.conv_bwd_filter,
                                                  p.bwd_filter, workspace_, workspace_bytes_, &zero,
                                                  p.w, dw));
     }
@@ -453,17 +480,19 @@ class CudaOps final : public Ops {
   void conv2d_backward_data(const ConvGeom& g, const float* w, const float* dy,
                             float* dx) override {
     ConvPlan& p = plan(g);
+    if (!p.has_bwd_data) choose_backward_data(g, p);  // first use: an eager step, never captured
     const float one = 1.f, zero = 0.f;
     if (p.half) {
       cast_to16(w, p.hw, p.w_elems);
       cast_to16(dy, p.hdy, p.y_elems);
-      CUDNN_CHECK(cudnnConvolutionBackwardData(cudnn_, &one, p.w, p.hw, p.y, p.hdy, p.conv,
+      CUDNN_CHECK(cudnnConvolutionBackwardData(cudnn_, &one, p.w, p.hw, p.y, p.hdy, p.conv_bwd_data,
                                                p.bwd_data, workspace_, workspace_bytes_, &zero, p.x,
                                                p.hdx));
       cast_from16(p.hdx, dx, p.x_elems);
     } else {
-      CUDNN_CHECK(cudnnConvolutionBackwardData(cudnn_, &one, p.w, w, p.y, dy, p.conv, p.bwd_data,
-                                               workspace_, workspace_bytes_, &zero, p.x, dx));
+      CUDNN_CHECK(cudnnConvolutionBackwardData(cudnn_, &one, p.w, w, p.y, dy, p.conv_bwd_data,
+                                               p.bwd_data, workspace_, workspace_bytes_, &zero, p.x,
+                                               dx));
     }
   }
   void batchnorm_stats(int c, int n, int hw, const float* x, double eps, double momentum,
@@ -624,15 +653,20 @@ class CudaOps final : public Ops {
     sgd_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(
         n, p, g, buf, static_cast<float>(s.lr), static_cast<float>(s.momentum),
         static_cast<float>(1.0 - s.dampening), static_cast<float>(s.weight_decay), s.nesterov,
-        first_step, nullptr, nullptr);
+        first_step, nullptr, nullptr, nullptr);
     CUDA_CHECK(cudaGetLastError());
   }
   void sgd_step_at_step(std::size_t n, float* p, const float* g, float* buf,
                         const SgdParams& s) override {
     sgd_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(
         n, p, g, buf, 0.f, static_cast<float>(s.momentum), static_cast<float>(1.0 - s.dampening),
-        static_cast<float>(s.weight_decay), s.nesterov, false, dev_scalars_, skip_step_);
+        static_cast<float>(s.weight_decay), s.nesterov, false, dev_scalars_, skip_step_,
+        skip_step_ != nullptr ? first_pending_ : nullptr);
     CUDA_CHECK(cudaGetLastError());
+    if (skip_step_ != nullptr) {
+      track_first_update_kernel<<<1, 1, 0, stream_>>>(dev_scalars_, skip_step_, first_pending_);
+      CUDA_CHECK(cudaGetLastError());
+    }
   }
   void set_step_scalars(const StepScalars& s) override {
     // A ring of pinned slots: a slot is rewritten only after the copy that last read it ran
@@ -794,7 +828,6 @@ class CudaOps final : public Ops {
     CUDNN_CHECK(cudnnCreateTensorDescriptor(&p->yf));
     CUDNN_CHECK(cudnnCreateTensorDescriptor(&p->bias));
     CUDNN_CHECK(cudnnCreateFilterDescriptor(&p->w));
-    CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&p->conv));
     CUDNN_CHECK(cudnnSetTensor4dDescriptor(p->x, CUDNN_TENSOR_NCHW, dt, g.n, g.c, g.h, g.w));
     CUDNN_CHECK(
         cudnnSetTensor4dDescriptor(p->y, CUDNN_TENSOR_NCHW, dt, g.n, g.k, g.out_h(), g.out_w()));
@@ -803,13 +836,17 @@ class CudaOps final : public Ops {
     CUDNN_CHECK(
         cudnnSetTensor4dDescriptor(p->bias, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 1, g.k, 1, 1));
     CUDNN_CHECK(cudnnSetFilter4dDescriptor(p->w, dt, CUDNN_TENSOR_NCHW, g.k, g.c, g.r, g.r));
-    CUDNN_CHECK(cudnnSetConvolution2dDescriptor(p->conv, g.pad, g.pad, 1, 1, 1, 1,
-                                                CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
-    // TF32 tensor cores (cuDNN's default math on Ampere+) unless --tf32 off; 16-bit data on
-    // tensor cores.
-    CUDNN_CHECK(cudnnSetConvolutionMathType(
-        p->conv, dt != CUDNN_DATA_FLOAT ? CUDNN_TENSOR_OP_MATH
-                                        : (tf32_ ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH)));
+    // TF32 tensor cores (cuDNN's default math on Ampere+) unless --tf32 off (FMA: full FP32);
+    // 16-bit data on tensor cores. The heuristics answer for the math type asked for here.
+    p->dtype = dt;
+    p->math = dt != CUDNN_DATA_FLOAT ? CUDNN_TENSOR_OP_MATH
+                                     : (tf32_ ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH);
+    for (auto* d : {&p->conv, &p->conv_bwd_data, &p->conv_bwd_filter}) {
+      CUDNN_CHECK(cudnnCreateConvolutionDescriptor(d));
+      CUDNN_CHECK(cudnnSetConvolution2dDescriptor(*d, g.pad, g.pad, 1, 1, 1, 1,
+                                                  CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+      CUDNN_CHECK(cudnnSetConvolutionMathType(*d, p->math));
+    }
     if (dt != CUDNN_DATA_FLOAT) {
       p->half = true;
       p->x_elems = static_cast<std::size_t>(g.n) * g.c * g.h * g.w;
@@ -822,38 +859,79 @@ class CudaOps final : public Ops {
       p->hw = alloc16(p->w_elems);
       p->hdw = alloc16(p->w_elems);
     }
-    // Algorithm choice once per shape, from cuDNN's heuristics (best first): the best
-    // deterministic one, so a run is bitwise reproducible (and graph replay provably equals
-    // eager launches); the heuristics' first choice when none is deterministic.
+    // Algorithm choice once per shape and direction, from cuDNN's heuristics (pick_algorithm),
+    // each descriptor then set to the math type of its algorithm. Backward data: on first use.
     int found = 0;
-    cudnnConvolutionFwdAlgoPerf_t fp[8];
-    CUDNN_CHECK(
-        cudnnGetConvolutionForwardAlgorithm_v7(cudnn_, p->x, p->w, p->conv, p->y, 8, &found, fp));
-    p->fwd = pick_deterministic(fp, found).algo;
-    cudnnConvolutionBwdDataAlgoPerf_t dp[8];
-    CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(cudnn_, p->w, p->y, p->conv, p->x, 8,
-                                                            &found, dp));
-    p->bwd_data = pick_deterministic(dp, found).algo;
-    cudnnConvolutionBwdFilterAlgoPerf_t wp[8];
-    CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(cudnn_, p->x, p->y, p->conv, p->w, 8,
-                                                              &found, wp));
-    p->bwd_filter = pick_deterministic(wp, found).algo;
-    std::size_t a = 0, b = 0, c = 0;
+    cudnnConvolutionFwdAlgoPerf_t fp[kHeuristics];
+    CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(cudnn_, p->x, p->w, p->conv, p->y,
+                                                       kHeuristics, &found, fp));
+    const auto* f = pick_algorithm(fp, found, fma_only(*p));
+    if (f == nullptr) no_algorithm("forward", g, *p, found);
+    p->fwd = f->algo;
+    CUDNN_CHECK(cudnnSetConvolutionMathType(p->conv, f->mathType));
+    cudnnConvolutionBwdFilterAlgoPerf_t wp[kHeuristics];
+    CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
+        cudnn_, p->x, p->y, p->conv_bwd_filter, p->w, kHeuristics, &found, wp));
+    const auto* bf = pick_algorithm(wp, found, fma_only(*p));
+    if (bf == nullptr) no_algorithm("backward-filter", g, *p, found);
+    p->bwd_filter = bf->algo;
+    CUDNN_CHECK(cudnnSetConvolutionMathType(p->conv_bwd_filter, bf->mathType));
+    std::size_t a = 0, c = 0;
     CUDNN_CHECK(
         cudnnGetConvolutionForwardWorkspaceSize(cudnn_, p->x, p->w, p->conv, p->y, p->fwd, &a));
-    CUDNN_CHECK(cudnnGetConvolutionBackwardDataWorkspaceSize(cudnn_, p->w, p->y, p->conv, p->x,
-                                                             p->bwd_data, &b));
-    CUDNN_CHECK(cudnnGetConvolutionBackwardFilterWorkspaceSize(cudnn_, p->x, p->y, p->conv, p->w,
-                                                               p->bwd_filter, &c));
-    p->workspace = std::max(a, std::max(b, c));
-    if (p->workspace > workspace_bytes_) {
-      // One explicit workspace, grown to the largest need of any plan. The old one stays allocated
-      // (freed at teardown): a captured step graph may still point at it.
-      if (workspace_) retired_.push_back(workspace_);
-      CUDA_CHECK(cudaMalloc(&workspace_, p->workspace));
-      workspace_bytes_ = p->workspace;
-    }
+    CUDNN_CHECK(cudnnGetConvolutionBackwardFilterWorkspaceSize(
+        cudnn_, p->x, p->y, p->conv_bwd_filter, p->w, p->bwd_filter, &c));
+    grow_workspace(std::max(a, c));
     return *plans_.emplace(key, std::move(p)).first->second;
+  }
+
+  static constexpr int kHeuristics = 8;  // entries asked of cuDNN's heuristics per direction
+
+  static bool fma_only(const ConvPlan& p) { return p.math == CUDNN_FMA_MATH; }
+
+  // The backward-data algorithm of a plan, chosen on its first use (an eager step).
+  void choose_backward_data(const ConvGeom& g, ConvPlan& p) {
+    int found = 0;
+    cudnnConvolutionBwdDataAlgoPerf_t dp[kHeuristics];
+    CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(cudnn_, p.w, p.y, p.conv_bwd_data, p.x,
+                                                            kHeuristics, &found, dp));
+    const auto* d = pick_algorithm(dp, found, fma_only(p));
+    if (d == nullptr) no_algorithm("backward-data", g, p, found);
+    p.bwd_data = d->algo;
+    CUDNN_CHECK(cudnnSetConvolutionMathType(p.conv_bwd_data, d->mathType));
+    std::size_t b = 0;
+    CUDNN_CHECK(cudnnGetConvolutionBackwardDataWorkspaceSize(cudnn_, p.w, p.y, p.conv_bwd_data, p.x,
+                                                             p.bwd_data, &b));
+    grow_workspace(b);
+    p.has_bwd_data = true;
+  }
+
+  // One explicit workspace, grown to the largest need of any plan. The old one stays allocated
+  // (freed at teardown): a captured step graph may still point at it.
+  void grow_workspace(std::size_t bytes) {
+    if (bytes <= workspace_bytes_) return;
+    if (workspace_) retired_.push_back(workspace_);
+    CUDA_CHECK(cudaMalloc(&workspace_, bytes));
+    workspace_bytes_ = bytes;
+  }
+
+  // No usable algorithm: a fatal error that names the layer, the shape and the data type.
+  [[noreturn]] static void no_algorithm(const char* direction, const ConvGeom& g, const ConvPlan& p,
+                                        int found) {
+    const char* layer = g.c == 1 ? "layer1.0" : g.c == 16 ? "layer2.0" : "a convolution";
+    const char* dtype = p.dtype == CUDNN_DATA_HALF       ? "fp16 (--amp fp16)"
+                        : p.dtype == CUDNN_DATA_BFLOAT16 ? "bf16 (--amp bf16)"
+                        : p.math == CUDNN_FMA_MATH       ? "fp32 with FMA math (--tf32 off)"
+                                                         : "fp32 (TF32 allowed)";
+    fail_internal(std::string("cuDNN offers no usable ") + direction + " algorithm for " + layer +
+                      " (input " + std::to_string(g.n) + "x" + std::to_string(g.c) + "x" +
+                      std::to_string(g.h) + "x" + std::to_string(g.w) + ", " + std::to_string(g.k) +
+                      " filters " + std::to_string(g.r) + "x" + std::to_string(g.r) + ", pad " +
+                      std::to_string(g.pad) + ", " + dtype + "): none of the " +
+                      std::to_string(found) +
+                      " heuristic candidates has status success and an allowed math type; try "
+                      "another --amp / --tf32 setting",
+                  __FILE__, __LINE__);
   }
 
   bool tf32_;
@@ -862,6 +940,7 @@ class CudaOps final : public Ops {
   void* cublas_workspace_ = nullptr;
   double* loss_sum_ = nullptr;             // the training loss summed since take_loss_sum
   DeviceScalars* dev_scalars_ = nullptr;   // this step's values, read by captured kernels
+  int* first_pending_ = nullptr;           // --amp fp16: 1 while every update so far was skipped
   DeviceScalars* host_scalars_ = nullptr;  // [kScalarSlots] pinned staging ring
   cudaEvent_t scalar_copied_[kScalarSlots] = {};
   int next_slot_ = 0;

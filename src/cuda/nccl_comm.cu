@@ -11,6 +11,8 @@
 #include <type_traits>
 #include <vector>
 
+#include "capture.hpp"
+#include "comm_kernels.hpp"
 #include "mnist_ddp/check.hpp"
 #include "mnist_ddp/comm.hpp"
 #include "mnist_ddp/cuda_check.hpp"
@@ -49,11 +51,6 @@ ncclRedOp_t to_nccl(ReduceOp op) {
   return ncclSum;
 }
 
-__global__ void divide_kernel(float* x, std::size_t n, float by) {
-  const std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
-  if (i < n) x[i] = x[i] / by;
-}
-
 // PyTorch's fp16/bf16 compress hook, encode: h = T(float(T(g)) / world) (the cast, then the
 // division in 16 bits: computed in fp32, rounded to T).
 template <typename T>
@@ -89,7 +86,7 @@ class NcclComm final : public Comm {
     MPI_CHECK(MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, mpi_));
     // A blocking stream: ordered after the compute the ops issue on the legacy default stream.
     CUDA_CHECK(cudaStreamCreate(&stream_));
-    NCCL_CHECK(ncclCommInitRank(&comm_, size_, id, rank_));
+    NCCL_CHECK(ncclCommInitRank(&comm_, size_, id, rank_));  // no communicator to abort yet
   }
   ~NcclComm() override {
     // Teardown order: the communicator before the stream (and both before MPI_Finalize in main).
@@ -110,6 +107,8 @@ class NcclComm final : public Comm {
     }
   }
   bool capturable() const override { return compute_ != nullptr; }
+  bool device_memory() const override { return true; }
+  const char* transport() const override { return "NCCL stream"; }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
 
@@ -138,7 +137,8 @@ class NcclComm final : public Comm {
     begin();
     if (!d.empty()) {
       // Collective: this bucket's gradients summed over ranks, on the NCCL stream.
-      NCCL_CHECK(ncclAllReduce(d.data(), d.data(), d.size(), ncclFloat32, ncclSum, comm_, stream_));
+      NCCL_COMM_CHECK(
+          ncclAllReduce(d.data(), d.data(), d.size(), ncclFloat32, ncclSum, comm_, stream_), comm_);
     }
     CUDA_CHECK(cudaEventRecord(done_[static_cast<std::size_t>(r)], stream_));
     watch_end(seq);  // enqueued; the GPU completes it asynchronously
@@ -166,10 +166,8 @@ class NcclComm final : public Comm {
     wait(request);
     if (d.empty()) return;
     // Sum, then divide, on the stream the result is used from next.
-    cudaStream_t s = compute_ != nullptr ? compute_ : stream_;
-    const unsigned blocks = static_cast<unsigned>((d.size() + 255) / 256);
-    divide_kernel<<<blocks, 256, 0, s>>>(d.data(), d.size(), static_cast<float>(size_));
-    CUDA_CHECK(cudaGetLastError());
+    divide_on_device(d.data(), d.size(), static_cast<float>(size_),
+                     compute_ != nullptr ? compute_ : stream_);
     if (compute_ == nullptr) CUDA_CHECK(cudaStreamSynchronize(stream_));
   }
   int start_allreduce_avg16(std::span<float> g, bool bf16) override {
@@ -190,8 +188,9 @@ class NcclComm final : public Comm {
       }
       CUDA_CHECK(cudaGetLastError());
       // Collective: the 16-bit encodings summed over ranks in 16 bits (NCCL's fp16/bf16 sum).
-      NCCL_CHECK(ncclAllReduce(h, h, g.size(), bf16 ? ncclBfloat16 : ncclFloat16, ncclSum, comm_,
-                               stream_));
+      NCCL_COMM_CHECK(
+          ncclAllReduce(h, h, g.size(), bf16 ? ncclBfloat16 : ncclFloat16, ncclSum, comm_, stream_),
+          comm_);
     }
     CUDA_CHECK(cudaEventRecord(done_[static_cast<std::size_t>(r)], stream_));
     watch_end(seq);
@@ -217,10 +216,8 @@ class NcclComm final : public Comm {
     allreduce(d, ReduceOp::Sum);
     if (d.empty()) return;
     // Sum, then divide (not multiply by 1/size), on the device, in the communicator's stream.
-    const unsigned blocks = static_cast<unsigned>((d.size() + 255) / 256);
     begin();
-    divide_kernel<<<blocks, 256, 0, stream_>>>(d.data(), d.size(), static_cast<float>(size_));
-    CUDA_CHECK(cudaGetLastError());
+    divide_on_device(d.data(), d.size(), static_cast<float>(size_), stream_);
     complete();
   }
 
@@ -233,19 +230,29 @@ class NcclComm final : public Comm {
   void allreduce_raw(void* data, std::size_t count, DType type, ReduceOp op) override {
     if (count == 0) return;
     begin();
-    NCCL_CHECK(ncclAllReduce(data, data, count, to_nccl(type), to_nccl(op), comm_, stream_));
+    NCCL_COMM_CHECK(ncclAllReduce(data, data, count, to_nccl(type), to_nccl(op), comm_, stream_),
+                    comm_);
     complete();
   }
   void broadcast_raw(void* data, std::size_t count, DType type, int root) override {
     if (count == 0) return;
     begin();
-    NCCL_CHECK(ncclBroadcast(data, data, count, to_nccl(type), root, comm_, stream_));
+    NCCL_COMM_CHECK(ncclBroadcast(data, data, count, to_nccl(type), root, comm_, stream_), comm_);
     complete();
   }
   void allgather_raw(const void* send, void* recv, std::size_t count, DType type) override {
     begin();
-    NCCL_CHECK(ncclAllGather(send, recv, count, to_nccl(type), comm_, stream_));
+    NCCL_COMM_CHECK(ncclAllGather(send, recv, count, to_nccl(type), comm_, stream_), comm_);
     complete();
+  }
+
+ protected:
+  // A capture that failed part-way took requests that never ran: the eager rerun starts at 0.
+  // Ending the compute stream's capture releases the NCCL stream forked into it; should it still
+  // be capturing (the failure came before the join), its part is ended and dropped here.
+  void rewind_step() override {
+    next_request_ = waited_ = 0;
+    abandon_capture(stream_);
   }
 
  private:

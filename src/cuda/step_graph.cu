@@ -1,15 +1,17 @@
 // step_graph.cu — StepGraphs: capture a training step into a CUDA graph once per batch size and
-// replay it (step_graph.hpp).
+// replay it; a capture that fails on any rank falls back to eager steps (step_graph.hpp).
 #include <cuda_runtime.h>
 
+#include "capture.hpp"
 #include "mnist_ddp/check.hpp"
 #include "mnist_ddp/cuda_check.hpp"
 #include "mnist_ddp/step_graph.hpp"
 
 namespace mnist_ddp {
-
-StepGraphs::StepGraphs(void* stream) : stream_(stream) {
+StepGraphs::StepGraphs(void* stream, CaptureHooks hooks, bool inject_failure)
+    : stream_(stream), hooks_(std::move(hooks)), inject_failure_(inject_failure) {
   MNIST_DDP_CHECK(stream != nullptr, "CUDA graphs need the ops' stream");
+  MNIST_DDP_CHECK(hooks_.save && hooks_.agree && hooks_.restore, "CUDA graphs need capture hooks");
 }
 
 StepGraphs::~StepGraphs() {
@@ -22,27 +24,48 @@ StepRun StepGraphs::run(int n, const std::function<void()>& body) {
     CUDA_CHECK(cudaGraphLaunch(static_cast<cudaGraphExec_t>(it->second), stream));
     return StepRun::Replayed;
   }
-  if (eager_runs_[n]++ == 0) {
+  if (eager_only_.contains(n) || eager_runs_[n]++ == 0) {
     body();  // warm-up: plans, workspaces and NCCL's lazy setup happen outside any capture
     return StepRun::Eager;
   }
-  // Thread-local capture: NCCL's proxy thread may make CUDA calls while this thread captures.
-  cudaGraph_t graph = nullptr;
-  CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  hooks_.save();
+  std::string failure;
+  cudaGraphExec_t exec = nullptr;
   try {
+    // Failed checks throw here (CheckFailure) instead of aborting: the step can still run eagerly.
+    ThrowOnCheckFailure throw_scope;
+    // Thread-local capture: NCCL's proxy thread may make CUDA calls while this thread captures.
+    CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
     body();
+    if (inject_failure_) {
+      // Test seam (--debug-fail-capture): a synchronisation is illegal while capturing.
+      CUDA_CHECK(cudaStreamSynchronize(stream));
+    }
+    cudaGraph_t graph = nullptr;
+    CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+    const cudaError_t rc = cudaGraphInstantiate(&exec, graph, 0);
+    cudaGraphDestroy(graph);
+    CUDA_CHECK(rc);
+  } catch (const CheckFailure& e) {
+    failure = e.what();
+    abandon_capture(stream);
+    exec = nullptr;
   } catch (...) {
-    // End the capture so the stream is usable (and the error reported) rather than poisoned.
-    cudaGraph_t broken = nullptr;
-    cudaStreamEndCapture(stream, &broken);
-    if (broken != nullptr) cudaGraphDestroy(broken);
+    // Not a failed library call (e.g. a UserError from --debug-collectives): end the capture so
+    // the stream is usable and the error is reported as it is.
+    abandon_capture(stream);
     throw;
   }
-  CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
-  cudaGraphExec_t exec = nullptr;
-  const cudaError_t rc = cudaGraphInstantiate(&exec, graph, 0);
-  cudaGraphDestroy(graph);
-  CUDA_CHECK(rc);
+  // Collective (host): every rank learns whether every rank captured this batch size.
+  const std::string verdict = hooks_.agree(failure);
+  if (!verdict.empty()) {
+    if (exec != nullptr) cudaGraphExecDestroy(exec);
+    eager_only_.insert(n);
+    last_failure_ = verdict;
+    hooks_.restore();
+    body();
+    return StepRun::FellBack;
+  }
   execs_[n] = exec;
   CUDA_CHECK(cudaGraphLaunch(exec, stream));
   return StepRun::Captured;

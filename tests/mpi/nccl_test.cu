@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "../common/gpu_probe.hpp"
+#include "mnist_ddp/agree.hpp"
 #include "mnist_ddp/comm.hpp"
 #include "mnist_ddp/cuda_check.hpp"
 #include "mnist_ddp/device.hpp"
@@ -28,13 +30,29 @@ bool gpus_for_every_rank(std::string* why) {
   MPI_Comm_size(MPI_COMM_WORLD, &world);
   ok = n >= world ? 1 : 0;
   MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-  if (!ok)
-    *why = n == 0 ? "no GPU visible (no driver or none installed)"
-                  : "fewer GPUs than ranks (NCCL needs one GPU per rank)";
+  if (!ok) *why = "fewer GPUs than ranks (NCCL needs one GPU per rank)";
   return ok != 0;
 }
 
+// The trainer's capture hooks for a bare Reducer: its bookkeeping and the communicator's are put
+// back after a failed capture; the agreement runs over host MPI.
+CaptureHooks reducer_hooks(Reducer& reducer, Comm& data_comm, Comm& host_comm, Reducer::Mark* rm,
+                           Comm::Mark* cm) {
+  CaptureHooks h;
+  h.save = [&reducer, &data_comm, rm, cm] {
+    *rm = reducer.mark();
+    *cm = data_comm.mark();
+  };
+  h.agree = [&host_comm](const std::string& mine) { return agree_first_failure(host_comm, mine); };
+  h.restore = [&reducer, &data_comm, rm, cm] {
+    reducer.rewind(*rm);
+    data_comm.rewind(*cm);
+  };
+  return h;
+}
+
 TEST(Nccl, BootstrapAndCollectivesOnDeviceMemory) {
+  SKIP_WITHOUT_GPU();
   std::string why;
   if (!gpus_for_every_rank(&why)) GTEST_SKIP() << why;
   int rank = 0, world = 1;
@@ -58,8 +76,12 @@ TEST(Nccl, BootstrapAndCollectivesOnDeviceMemory) {
   for (std::size_t i = 0; i < n; ++i) h[i] = static_cast<float>(rank);
   CUDA_CHECK(cudaMemcpy(d, h.data(), n * sizeof(float), cudaMemcpyHostToDevice));
   comm->allreduce_avg(std::span<float>(d, n));
-  CUDA_CHECK(cudaMemcpy(h.data(), d, sizeof(float), cudaMemcpyDeviceToHost));
-  EXPECT_FLOAT_EQ(h[0], static_cast<float>(world * (world - 1) / 2) / world);
+  CUDA_CHECK(cudaMemcpy(h.data(), d, n * sizeof(float), cudaMemcpyDeviceToHost));
+  const float avg = static_cast<float>(world * (world - 1) / 2) / static_cast<float>(world);
+  std::size_t wrong = 0;
+  for (std::size_t i = 0; i < n; ++i) wrong += h[i] == avg ? 0 : 1;  // NaN counts as wrong
+  EXPECT_EQ(wrong, 0u) << "elements of " << n << " differ from the average " << avg
+                       << " (first: " << h[0] << ")";
   // Broadcast from the last rank.
   h[0] = static_cast<float>(rank * 10 + 1);
   CUDA_CHECK(cudaMemcpy(d, h.data(), sizeof(float), cudaMemcpyHostToDevice));
@@ -76,6 +98,7 @@ TEST(Nccl, BootstrapAndCollectivesOnDeviceMemory) {
 // and bf16 hooks encoded and summed on the device (the values are exact in 16 bits: quarters up
 // to 24 plus the rank, a power-of-two world).
 TEST(Nccl, BucketedOverlapOnItsOwnStreamAveragesLikeOneAllReduce) {
+  SKIP_WITHOUT_GPU();
   std::string why;
   if (!gpus_for_every_rank(&why)) GTEST_SKIP() << why;
   int rank = 0, world = 1;
@@ -84,9 +107,12 @@ TEST(Nccl, BucketedOverlapOnItsOwnStreamAveragesLikeOneAllReduce) {
   if ((world & (world - 1)) != 0) GTEST_SKIP() << "needs a power-of-two world (exact averages)";
   use_cuda_device(choose_gpu(rank, world, cuda_device_count(), true));
   auto comm = make_nccl_comm();
+  auto host = make_mpi_comm();
   auto ops = make_cuda_ops(/*tf32=*/false);
   comm->bind_stream(ops->stream());
   ConvNet model(*ops, 4);
+  Reducer::Mark rm;
+  Comm::Mark cm;
   const std::size_t n = model.grads().size();
   std::vector<float> mine(n), want(n), got(n);
   for (std::size_t i = 0; i < n; ++i) {
@@ -100,7 +126,7 @@ TEST(Nccl, BucketedOverlapOnItsOwnStreamAveragesLikeOneAllReduce) {
     Reducer reducer(*comm, model, 25 * 1024, /*overlap=*/true, c, PowerSgdConfig{},
                     OverlapEngine::Test, nullptr, /*device_memory=*/true);
     ASSERT_EQ(reducer.buckets().size(), 3u);
-    StepGraphs graphs(ops->stream());
+    StepGraphs graphs(ops->stream(), reducer_hooks(reducer, *comm, *host, &rm, &cm));
     for (const StepRun e : {StepRun::Eager, StepRun::Captured, StepRun::Replayed}) {
       ops->upload(mine.data(), model.grads().data(), n * sizeof(float));
       const StepRun ran = graphs.run(4, [&] {
@@ -116,6 +142,55 @@ TEST(Nccl, BucketedOverlapOnItsOwnStreamAveragesLikeOneAllReduce) {
     const std::size_t elem = c == Compression::None ? sizeof(float) : 2;
     EXPECT_EQ(reducer.take_stats().payload_bytes, 3 * n * elem) << to_string(c);
   }
+}
+
+// A capture that fails (the --debug-fail-capture seam: a synchronisation inside the capture) does
+// not abort: every rank agrees, the Reducer's and the communicator's bookkeeping are put back,
+// the step runs eagerly with exactly the averages of one all-reduce, and that batch size stays
+// eager (no second capture attempt).
+TEST(Nccl, FailedCaptureFallsBackToEagerOnEveryRank) {
+  SKIP_WITHOUT_GPU();
+  std::string why;
+  if (!gpus_for_every_rank(&why)) GTEST_SKIP() << why;
+  int rank = 0, world = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  if ((world & (world - 1)) != 0) GTEST_SKIP() << "needs a power-of-two world (exact averages)";
+  use_cuda_device(choose_gpu(rank, world, cuda_device_count(), true));
+  auto comm = make_nccl_comm();
+  auto host = make_mpi_comm();
+  auto ops = make_cuda_ops(/*tf32=*/false);
+  comm->bind_stream(ops->stream());
+  ConvNet model(*ops, 4);
+  const std::size_t n = model.grads().size();
+  std::vector<float> mine(n, static_cast<float>(rank)), got(n);
+  const float want = static_cast<float>(world - 1) / 2.f;
+  Reducer reducer(*comm, model, 25 * 1024, /*overlap=*/true, Compression::None, PowerSgdConfig{},
+                  OverlapEngine::Test, nullptr, /*device_memory=*/true);
+  Reducer::Mark rm;
+  Comm::Mark cm;
+  StepGraphs graphs(ops->stream(), reducer_hooks(reducer, *comm, *host, &rm, &cm),
+                    /*inject_failure=*/true);
+  const Comm::Mark before = comm->mark();
+  for (const StepRun e : {StepRun::Eager, StepRun::FellBack, StepRun::Eager}) {
+    ops->upload(mine.data(), model.grads().data(), n * sizeof(float));
+    const StepRun ran = graphs.run(4, [&] {
+      for (int layer = ConvNet::kLayers - 1; layer >= 0; --layer) reducer.layer_ready(layer);
+      reducer.finish();
+    });
+    EXPECT_EQ(ran, e);
+    ops->download(model.grads().data(), got.data(), n * sizeof(float));
+    std::size_t wrong = 0;
+    for (float g : got) wrong += g == want ? 0 : 1;
+    EXPECT_EQ(wrong, 0u) << "step run as " << static_cast<int>(ran);
+  }
+  EXPECT_EQ(graphs.captured(), 0);
+  EXPECT_NE(graphs.last_failure().find("rank 0: CUDA error in cudaStreamSynchronize"),
+            std::string::npos)
+      << graphs.last_failure();
+  // Three steps of three buckets were counted: the failed capture's did not count.
+  EXPECT_EQ(comm->mark().payload_bytes - before.payload_bytes, 3 * n * sizeof(float));
+  EXPECT_EQ(reducer.take_stats().steps, 3);
 }
 
 }  // namespace

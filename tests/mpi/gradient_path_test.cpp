@@ -1,0 +1,106 @@
+// gradient_path_test.cpp — how a run's gradients travel, checked on the CPU under mpirun: the GPU's
+// device-memory Reducer is chosen because the communicator's collectives take device memory,
+// never because a step is capturable (a capturable host-staged world of one once got the device
+// Reducer's graphs without its device path and crashed at the first step); the agreement a failed
+// CUDA graph capture relies on; and a communicator's bookkeeping rewound after a step that never
+// ran.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "mnist_ddp/agree.hpp"
+#include "mnist_ddp/cli.hpp"
+#include "mnist_ddp/comm.hpp"
+#include "mnist_ddp/device.hpp"
+#include "mnist_ddp/trainer.hpp"
+
+namespace mnist_ddp {
+namespace {
+
+TEST(GradientPath, TheDeviceReducerFollowsDeviceMemoryNotCapturability) {
+  Config cfg;  // --cuda-graphs on by default
+  ASSERT_TRUE(cfg.cuda_graphs);
+  auto mpi = make_mpi_comm();
+  EXPECT_FALSE(mpi->device_memory());
+  GradientPath p = choose_gradient_path(cfg, Device::Cpu, *mpi);
+  EXPECT_FALSE(p.device_reducer);
+  EXPECT_FALSE(p.graphs);
+  EXPECT_EQ(p.why_no_graphs, "");
+  if (!cuda_built()) GTEST_SKIP() << "built without CUDA: there is no host-staged communicator";
+
+  // --comm mpi on a GPU, this world (2 or 4 ranks): device memory, the host in every step.
+  auto staged = make_host_staged_comm();
+  EXPECT_TRUE(staged->device_memory());
+  EXPECT_FALSE(staged->capturable());
+  p = choose_gradient_path(cfg, Device::Cuda, *staged);
+  EXPECT_TRUE(p.device_reducer);
+  EXPECT_FALSE(p.graphs);
+  EXPECT_NE(p.why_no_graphs.find("--comm mpi with several ranks"), std::string::npos)
+      << p.why_no_graphs;
+
+  // The case that crashed: --comm mpi alone (each rank its own group here) is capturable and
+  // must get the device Reducer (the staged communicator divides on the device) and graphs.
+  auto alone = make_host_staged_group_comm(staged->rank());
+  ASSERT_EQ(alone->size(), 1);
+  EXPECT_TRUE(alone->device_memory());
+  EXPECT_TRUE(alone->capturable());
+  p = choose_gradient_path(cfg, Device::Cuda, *alone);
+  EXPECT_TRUE(p.device_reducer);
+  EXPECT_TRUE(p.graphs);
+  EXPECT_EQ(p.why_no_graphs, "");
+
+  // What turns graphs off says why; --cuda-graphs off needs no reason.
+  cfg.sync_bn = true;
+  p = choose_gradient_path(cfg, Device::Cuda, *alone);
+  EXPECT_TRUE(p.device_reducer);
+  EXPECT_FALSE(p.graphs);
+  EXPECT_NE(p.why_no_graphs.find("--sync-bn"), std::string::npos) << p.why_no_graphs;
+  cfg.sync_bn = false;
+  cfg.local_sgd_start = 10;
+  p = choose_gradient_path(cfg, Device::Cuda, *alone);
+  EXPECT_FALSE(p.graphs);
+  EXPECT_NE(p.why_no_graphs.find("post-local SGD"), std::string::npos) << p.why_no_graphs;
+  cfg.local_sgd_start = -1;
+  cfg.cuda_graphs = false;
+  p = choose_gradient_path(cfg, Device::Cuda, *alone);
+  EXPECT_TRUE(p.device_reducer);
+  EXPECT_FALSE(p.graphs);
+  EXPECT_EQ(p.why_no_graphs, "");
+}
+
+// A failed capture on some ranks: every rank learns the lowest failing rank and its message.
+TEST(Agree, FirstFailureIsReportedAlikeOnEveryRank) {
+  auto comm = make_mpi_comm();
+  if (comm->size() < 2) GTEST_SKIP() << "needs 2+ ranks";
+  EXPECT_EQ(agree_first_failure(*comm, ""), "");
+  const int r = comm->rank();
+  const std::string mine = r >= 1 ? "CUDA error in call " + std::to_string(r) : "";
+  EXPECT_EQ(agree_first_failure(*comm, mine), "rank 1: CUDA error in call 1");
+  // A long message arrives cut, never overrunning.
+  const std::string longer(1000, 'x');
+  const std::string got = agree_first_failure(*comm, r == comm->size() - 1 ? longer : "");
+  EXPECT_EQ(got, "rank " + std::to_string(comm->size() - 1) + ": " + std::string(255, 'x'));
+}
+
+// Comm::rewind puts the bytes and the collective sequence back (a step whose collectives were
+// only captured, never run), so --debug-collectives fingerprints still agree afterwards.
+TEST(Agree, RewoundCommunicatorKeepsTheCollectiveSequenceInStep) {
+  auto comm = make_mpi_comm();
+  comm->set_debug_collectives(true);
+  const Comm::Mark before = comm->mark();
+  double v = 1;
+  comm->allreduce(std::span<double>(&v, 1), ReduceOp::Sum);
+  EXPECT_EQ(v, comm->size());
+  EXPECT_EQ(comm->mark().collectives, before.collectives + 1);
+  EXPECT_EQ(comm->mark().payload_bytes, before.payload_bytes + sizeof(double));
+  comm->rewind(before);
+  EXPECT_EQ(comm->mark().collectives, before.collectives);
+  EXPECT_EQ(comm->mark().payload_bytes, before.payload_bytes);
+  // Every rank rewound alike: the next fingerprint check passes (it throws on a mismatch).
+  v = 2;
+  EXPECT_NO_THROW(comm->allreduce(std::span<double>(&v, 1), ReduceOp::Sum));
+  EXPECT_EQ(v, 2.0 * comm->size());
+}
+
+}  // namespace
+}  // namespace mnist_ddp
