@@ -51,6 +51,11 @@ NVCC ?= $(CUDA_HOME)/bin/nvcc
 NVCC_FOUND := $(shell test -x $(NVCC) && echo yes || echo no)
 # With nvcc present the binary holds both backends; USE_CUDA=0/1 forces either.
 USE_CUDA ?= $(if $(filter yes,$(NVCC_FOUND)),1,0)
+# A GPU machine without nvcc must not quietly get a CPU-only binary (every GPU test would skip).
+GPU_PRESENT := $(shell nvidia-smi -L 2>/dev/null | grep -q '^GPU ' && echo yes || echo no)
+ifeq ($(NVCC_FOUND)$(GPU_PRESENT)$(origin USE_CUDA),noyesfile)
+$(error this machine has a GPU (nvidia-smi -L) but no nvcc at $(NVCC): set CUDA_HOME to the CUDA 13 toolkit, or pass USE_CUDA=0 to build the CPU-only binary on purpose)
+endif
 # Ampere and Hopper by default; e.g. CUDA_ARCH="-gencode arch=compute_100,code=sm_100" to add more.
 CUDA_ARCH ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90
 
@@ -71,7 +76,7 @@ ifeq ($(USE_CUDA),1)
 LIB_SRCS := $(filter-out src/main.cpp src/cuda_stub.cpp,$(wildcard src/*.cpp src/cpu/*.cpp))
 CU_SRCS := $(wildcard src/cuda/*.cu)
 CUDA_LIBDIRS := $(sort $(CUDA_HOME)/lib64 $(CUDNN_HOME)/lib64 $(NCCL_HOME)/lib64)
-CUDA_LIBS := $(foreach d,$(CUDA_LIBDIRS),-L$(d) -Wl,-rpath,$(d)) -lcudnn -lcublas -lnccl -lcudart
+CUDA_LIBS := $(foreach d,$(CUDA_LIBDIRS),-L$(d) -Wl,-rpath,$(d)) -lcudnn -lcublas -lnccl -lcudart -ldl
 CUDA_INCLUDES := $(sort -I$(CUDA_HOME)/include -I$(CUDNN_HOME)/include -I$(NCCL_HOME)/include)
 NVCCFLAGS ?= -O3 -std=c++20 $(CUDA_ARCH) -lineinfo
 else
@@ -83,9 +88,11 @@ endif
 CU_OBJS := $(CU_SRCS:%.cu=$(BUILD)/%.o)
 LIB_OBJS := $(LIB_SRCS:%.cpp=$(BUILD)/%.o) $(CU_OBJS)
 MAIN_OBJ := $(BUILD)/src/main.o
-UNIT_SRCS := $(wildcard tests/unit/*.cpp)
+# tests/common: helpers both test binaries share (the GPU probe).
+TEST_COMMON_SRCS := $(wildcard tests/common/*.cpp)
+UNIT_SRCS := $(wildcard tests/unit/*.cpp) $(TEST_COMMON_SRCS)
 UNIT_OBJS := $(UNIT_SRCS:%.cpp=$(BUILD)/%.o)
-MPI_TEST_SRCS := $(wildcard tests/mpi/*.cpp)
+MPI_TEST_SRCS := $(wildcard tests/mpi/*.cpp) $(TEST_COMMON_SRCS)
 MPI_TEST_CU := $(if $(filter 1,$(USE_CUDA)),$(wildcard tests/mpi/*.cu))
 MPI_TEST_OBJS := $(MPI_TEST_SRCS:%.cpp=$(BUILD)/%.o) $(MPI_TEST_CU:%.cu=$(BUILD)/%.o)
 BENCH_SRCS := bench/ops_bench.cpp
@@ -107,6 +114,7 @@ summary:
 	@echo "  oneDNN  : $(if $(DNNL_HOME),in $(DNNL_HOME),(system)) $$(test -n '$(DNNL_HOME)' || (ldconfig -p | grep -q libdnnl && echo found || echo 'NOT FOUND (make deps)'))"
 	@echo "  HDF5    : $(HDF5_FOUND) $(HDF5_LIBS) (checkpoints)"
 	@echo "  CUDA    : nvcc $(NVCC_FOUND) at $(CUDA_HOME); backend built: $(if $(filter 1,$(USE_CUDA)),yes (cuDNN, cuBLAS, NCCL; $(CUDA_ARCH)),no) (USE_CUDA=$(USE_CUDA))"
+	@$(if $(filter no,$(NVCC_FOUND)),$(if $(filter file,$(origin USE_CUDA)),echo "  WARNING : nvcc not found at $(NVCC): building WITHOUT the GPU backend (--device cuda will say so). Set CUDA_HOME; or USE_CUDA=0 to build CPU-only on purpose",true),true)
 	@echo "  flags   : $(CXXFLAGS)"
 
 $(BIN): $(LIB_OBJS) $(MAIN_OBJ)
@@ -141,11 +149,13 @@ deps:
 data:
 	@data/prepare.sh
 
+# `make run` is the README's CPU job (2 CPU ranks) on any machine; DEVICE=cuda|auto to change it.
+DEVICE ?= cpu
 run:
 	@tools/install-deps.sh
 	@$(MAKE) --no-print-directory all
 	@data/prepare.sh
-	@source tests/mpi_env.sh && $(MPIRUN) -np 2 ./mnist_ddp $(ARGS)
+	@source tests/mpi_env.sh && $(MPIRUN) -np 2 ./mnist_ddp --device $(DEVICE) $(ARGS)
 
 test:
 	@tools/install-deps.sh --tests
@@ -182,15 +192,16 @@ bundle:
 	@BUNDLE_BUILD=build/bundle tools/make-bundle.sh
 
 format:
-	clang-format -i include/mnist_ddp/*.hpp src/*.cpp src/cpu/*.cpp src/cuda/*.cu tests/unit/*.cpp \
-	  tests/unit/*.hpp tests/mpi/*.cpp tests/mpi/*.cu bench/*.cpp
+	clang-format -i include/mnist_ddp/*.hpp src/*.cpp src/cpu/*.cpp src/cuda/*.cu src/cuda/*.hpp tests/unit/*.cpp \
+	  tests/unit/*.hpp tests/mpi/*.cpp tests/mpi/*.cu tests/common/*.cpp tests/common/*.hpp bench/*.cpp
 
 clean:
 	rm -rf $(BUILD) $(BIN)
 
 help:
 	@echo "make          build ./mnist_ddp (prints what was found)"
-	@echo "make run      install deps, fetch data, train on 2 CPU ranks (ARGS='--epochs 1' to pass flags)"
+	@echo "make run      install deps, fetch data, train on 2 CPU ranks (ARGS='--epochs 1' to pass flags,"
+	@echo "              DEVICE=cuda for the GPU)"
 	@echo "make test     install deps, fetch data, run unit, MPI and end-to-end tests (+ Slurm as root)"
 	@echo "make test-slurm  the Slurm workflows on a real local 2-node Slurm (root)"
 	@echo "make bench    microbenchmarks + side-by-side with PyTorch DDP"

@@ -13,7 +13,9 @@ enum class DeviceChoice { Cpu, Cuda, Auto };
 
 // True when the CUDA backend is linked into this binary.
 bool cuda_built();
-// Number of usable GPUs (0 without a driver or without the CUDA backend; never throws).
+// Number of usable GPUs: 0 without the CUDA backend, without an NVIDIA driver or without a
+// visible device. A driver that is there but cannot serve this runtime (too old, broken install)
+// is a UserError with CUDA's words and the fix: never mistaken for "no GPU".
 int cuda_device_count();
 // Device memory for Tensor; throws UserError in a build without CUDA.
 void* cuda_alloc(std::size_t bytes);

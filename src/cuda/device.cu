@@ -1,5 +1,8 @@
-// device.cu — the CUDA side of device.hpp: GPU count (a machine without a driver has no GPU, it is
-// not an error), device memory, selection and description.
+// device.cu — the CUDA side of device.hpp: GPU count (a machine without a driver or without a
+// device has no GPU, which is not an error; a driver the runtime cannot use is), device memory,
+// selection and description.
+#include <dlfcn.h>
+
 #include <string>
 
 #include "mnist_ddp/check.hpp"
@@ -16,15 +19,34 @@ bool cuda_built() {
   return true;
 }
 
+namespace {
+// Whether an NVIDIA driver (libcuda) is installed at all: without one, the runtime's "driver
+// insufficient" means "no GPU here", with one it means the driver is too old for this runtime.
+bool driver_installed() {
+  void* h = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
+  if (h == nullptr) return false;
+  dlclose(h);
+  return true;
+}
+}  // namespace
+
 int cuda_device_count() {
   int n = 0;
   const cudaError_t rc = cudaGetDeviceCount(&n);
-  if (rc != cudaSuccess) {
-    // cudaErrorInsufficientDriver / cudaErrorNoDevice: a CPU node. Clear the sticky error.
-    cudaGetLastError();
-    return 0;
-  }
-  return n;
+  if (rc == cudaSuccess) return n;
+  cudaGetLastError();                     // clear the error for later calls
+  if (rc == cudaErrorNoDevice) return 0;  // a driver, but no device visible (CUDA_VISIBLE_DEVICES)
+  if (rc == cudaErrorInsufficientDriver && !driver_installed()) return 0;  // a CPU node
+  int runtime = 0, driver = 0;
+  cudaRuntimeGetVersion(&runtime);
+  cudaDriverGetVersion(&driver);
+  throw UserError(std::string("the NVIDIA driver cannot run this mnist_ddp's CUDA ") +
+                  std::to_string(runtime / 1000) + "." + std::to_string(runtime % 1000 / 10) +
+                  " runtime: cudaGetDeviceCount: " + cudaGetErrorName(rc) + ": " +
+                  cudaGetErrorString(rc) + " (driver supports CUDA " +
+                  std::to_string(driver / 1000) + "." + std::to_string(driver % 1000 / 10) +
+                  "). Update the driver (nvidia-smi shows its CUDA version), run on a node with a "
+                  "newer one, or use --device cpu");
 }
 
 void* cuda_alloc(std::size_t bytes) {

@@ -8,6 +8,8 @@
 #include <span>
 #include <vector>
 
+#include "../common/compare.hpp"
+#include "../common/gpu_probe.hpp"
 #include "mnist_ddp/amp.hpp"
 #include "mnist_ddp/comm.hpp"
 #include "mnist_ddp/ddp.hpp"
@@ -21,8 +23,7 @@ namespace mnist_ddp {
 namespace {
 
 TEST(GpuDdp, SharedGpuAveragedGradientEqualsUnionBatch) {
-  if (!cuda_built()) GTEST_SKIP() << "built without CUDA (USE_CUDA=0)";
-  if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU visible (no driver or none installed)";
+  SKIP_WITHOUT_GPU();
   int rank = 0, world = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &world);
@@ -66,7 +67,7 @@ TEST(GpuDdp, SharedGpuAveragedGradientEqualsUnionBatch) {
   ops->download(single.grads().data(), gs.data(), gs.size() * sizeof(float));
   double worst = 0;
   for (std::size_t i = 0; i < gd.size(); ++i) {
-    worst = std::max(worst, std::abs(double(gd[i]) - gs[i]));
+    worst = testing::worst_of(worst, std::abs(double(gd[i]) - gs[i]));
     ASSERT_NEAR(gd[i], gs[i], 1e-5 + 1e-3 * std::abs(gs[i])) << "gradient " << i;
   }
   if (rank == 0)
@@ -76,8 +77,7 @@ TEST(GpuDdp, SharedGpuAveragedGradientEqualsUnionBatch) {
 // --amp fp16: an inf on one rank only (as under a hook whose sum does not carry it) still makes
 // every rank skip the step and back the scale off, so the replicas stay identical.
 TEST(GpuDdp, AmpSkipIsAgreedAcrossRanks) {
-  if (!cuda_built()) GTEST_SKIP() << "built without CUDA (USE_CUDA=0)";
-  if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU visible (no driver or none installed)";
+  SKIP_WITHOUT_GPU();
   int rank = 0, world = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &world);

@@ -11,6 +11,7 @@
 #include <memory>
 #include <vector>
 
+#include "../common/compare.hpp"
 #include "mnist_ddp/agree.hpp"
 #include "mnist_ddp/check.hpp"
 #include "mnist_ddp/checkpoint.hpp"
@@ -172,7 +173,7 @@ TEST(Ddp, AveragedGradientEqualsUnionBatchGradientFrozenBn) {
   double worst = 0;
   for (std::size_t i = 0; i < single.grads().size(); ++i) {
     const double a = dist.grads()[i], b = single.grads()[i];
-    worst = std::max(worst, std::abs(a - b));
+    worst = testing::worst_of(worst, std::abs(a - b));
     ASSERT_NEAR(a, b, 1e-6 + 1e-4 * std::abs(b)) << "gradient element " << i;
   }
   // The same SGD step on both gives the same parameters (1-rank vs N-rank update).
@@ -220,9 +221,10 @@ ReducerComparison compare_reducer_with_one_allreduce(std::uint64_t seed, Compres
   comm().allreduce_avg(b.grads());
   ReducerComparison out;
   double scale = 1e-6;
-  for (float v : b.grads()) scale = std::max(scale, std::abs(double(v)));
+  for (float v : b.grads()) scale = testing::worst_of(scale, std::abs(double(v)));
   for (std::size_t i = 0; i < a.grads().size(); ++i)
-    out.max_diff = std::max(out.max_diff, std::abs(double(a.grads()[i]) - b.grads()[i]) / scale);
+    out.max_diff =
+        testing::worst_of(out.max_diff, std::abs(double(a.grads()[i]) - b.grads()[i]) / scale);
   out.launch_order = red.launch_order();
   out.stats = red.take_stats();
   return out;

@@ -7,6 +7,7 @@
 #include <memory>
 #include <vector>
 
+#include "../common/compare.hpp"
 #include "mnist_ddp/comm.hpp"
 #include "mnist_ddp/model.hpp"
 #include "mnist_ddp/ops.hpp"
@@ -44,7 +45,8 @@ const std::vector<std::vector<BucketTensor>> kTensors = {{{0, 6, 9}, {54, 0, 4}}
 
 double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
   double m = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) m = std::max(m, std::fabs(double(a[i]) - b[i]));
+  for (std::size_t i = 0; i < a.size(); ++i)
+    m = testing::worst_of(m, std::fabs(double(a[i]) - b[i]));
   return m;
 }
 
@@ -135,8 +137,8 @@ TEST_F(PowerSgdTest, ErrorFeedbackKeepsWhatCompressionLost) {
   const auto err = p.state()[0].second;
   double worst = 0, lost = 0;
   for (std::size_t i = 0; i < 54; ++i) {
-    worst = std::max(worst, std::fabs(sum_out[i] + err[i] - sum_in[i]));
-    lost = std::max(lost, std::fabs(double(err[i])));
+    worst = testing::worst_of(worst, std::fabs(sum_out[i] + err[i] - sum_in[i]));
+    lost = testing::worst_of(lost, std::fabs(double(err[i])));
   }
   EXPECT_LT(worst, 1e-4) << "outputs + error differ from the inputs by " << worst;
   EXPECT_GT(lost, 1e-3) << "rank 1 should lose something on a 6x9 matrix";

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <vector>
 
+#include "../common/compare.hpp"
 #include "mnist_ddp/blocked_ops.hpp"
 #include "mnist_ddp/cpu_ops.hpp"
 #include "mnist_ddp/model.hpp"
@@ -25,7 +26,7 @@ std::vector<float> rnd(std::size_t n, std::uint64_t seed, float lo = -1, float h
 double max_rel(const std::vector<float>& a, const std::vector<float>& b) {
   double m = 0;
   for (std::size_t i = 0; i < a.size(); ++i)
-    m = std::max(m, std::abs(double(a[i]) - b[i]) / std::max(1.0, std::abs(double(b[i]))));
+    m = testing::worst_of(m, std::abs(double(a[i]) - b[i]) / std::max(1.0, std::abs(double(b[i]))));
   return m;
 }
 
@@ -156,10 +157,10 @@ TEST(DnnlModel, TrainingStepMatchesReferenceBackend) {
     for (const auto& e : a.param_entries()) {
       double scale = 1e-3, err = 0;
       for (std::size_t i = 0; i < e.numel; ++i)
-        scale = std::max(scale, std::abs(double(a.grads()[e.offset + i])));
+        scale = testing::worst_of(scale, std::abs(double(a.grads()[e.offset + i])));
       for (std::size_t i = 0; i < e.numel; ++i)
-        err = std::max(err,
-                       std::abs(double(a.grads()[e.offset + i]) - b.grads()[e.offset + i]) / scale);
+        err = testing::worst_of(
+            err, std::abs(double(a.grads()[e.offset + i]) - b.grads()[e.offset + i]) / scale);
       EXPECT_LT(err, 1e-3) << e.name;
     }
   }

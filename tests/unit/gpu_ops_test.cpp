@@ -14,6 +14,8 @@
 #include <utility>
 #include <vector>
 
+#include "../common/compare.hpp"
+#include "../common/gpu_probe.hpp"
 #include "mnist_ddp/amp.hpp"
 #include "mnist_ddp/check.hpp"
 #include "mnist_ddp/checkpoint.hpp"
@@ -31,8 +33,7 @@ namespace {
 class GpuOps : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!cuda_built()) GTEST_SKIP() << "built without CUDA (USE_CUDA=0)";
-    if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU visible (no driver or none installed)";
+    SKIP_WITHOUT_GPU();
     use_cuda_device(0);
     gpu_ = make_cuda_ops(/*tf32=*/false);
     cpu_ = make_cpu_ops();
@@ -55,12 +56,19 @@ class GpuOps : public ::testing::Test {
                            const std::vector<float>& want, double atol, double rtol) {
     ASSERT_EQ(got.size(), want.size()) << what;
     double worst = 0;
-    std::size_t at = 0;
+    std::size_t at = 0, nonfinite = 0, first_nonfinite = 0;
     for (std::size_t i = 0; i < got.size(); ++i) {
+      if (!std::isfinite(got[i]) || !std::isfinite(want[i])) {
+        if (nonfinite++ == 0) first_nonfinite = i;  // NaN/inf never passes
+        continue;
+      }
       const double err = std::abs(double(got[i]) - want[i]) - rtol * std::abs(double(want[i]));
       if (err > worst) worst = err, at = i;
     }
-    std::printf("%-28s max error beyond rtol: %.3g (element %zu)\n", what, worst, at);
+    std::printf("%-28s max error beyond rtol: %.3g (element %zu), %zu non-finite\n", what, worst,
+                at, nonfinite);
+    EXPECT_EQ(nonfinite, 0u) << what << ": element " << first_nonfinite << " is "
+                             << got[first_nonfinite] << " vs " << want[first_nonfinite];
     EXPECT_LE(worst, atol) << what << " element " << at << ": " << got[at] << " vs " << want[at];
   }
   static std::vector<float> rnd(std::size_t n, std::uint64_t seed, float lo = -1, float hi = 1) {
@@ -303,60 +311,64 @@ TEST_F(GpuOps, TrainingStepsMatchCpuAndCheckpointMovesAcross) {
 // The largest |v| (the scale the 16-bit tolerances are relative to).
 float max_abs(const std::vector<float>& v) {
   float m = 0;
-  for (float x : v) m = std::max(m, std::abs(x));
+  for (float x : v) m = static_cast<float>(::mnist_ddp::testing::worst_of(m, std::abs(x)));
   return m;
 }
 
+// Both convolutions: layer 1 (C = 1, the shape most likely to lack a 16-bit cuDNN algorithm)
+// and layer 2, then the fc GEMMs.
 TEST_F(GpuOps, SixteenBitConvolutionsAndGemmsTrackFp32) {
-  const ConvGeom g{8, 16, 14, 14, 32, 5, 2};
-  const std::size_t nx = static_cast<std::size_t>(g.n) * g.c * g.h * g.w;
-  const std::size_t ny = static_cast<std::size_t>(g.n) * g.k * g.out_h() * g.out_w();
-  const std::size_t nw = static_cast<std::size_t>(g.k) * g.c * g.r * g.r;
-  float* x = dev(rnd(nx, 21));
-  float* w = dev(rnd(nw, 22, -0.1f, 0.1f));
-  float* b = dev(rnd(g.k, 23));
-  float* dy = dev(rnd(ny, 24));
-  const int n = 8, in = 1568, out = 10;
-  float* lx = dev(rnd(static_cast<std::size_t>(n) * in, 25));
-  float* lw = dev(rnd(static_cast<std::size_t>(out) * in, 26, -0.05f, 0.05f));
-  float* lb = dev(rnd(out, 27));
-  float* ldy = dev(rnd(static_cast<std::size_t>(n) * out, 28));
-  // Every output of the conv and fc ops, in the precision set on the backend.
-  auto outputs = [&](AmpMode mode) {
-    gpu_->set_amp(mode, nullptr, nullptr);
-    float* y = dev_zeros(ny);
-    float* dw = dev_zeros(nw);
-    float* db = dev_zeros(g.k);
-    float* dx = dev_zeros(nx);
-    gpu_->conv2d_forward(g, x, w, b, y);
-    gpu_->conv2d_backward_filter(g, x, dy, dw, db);
-    gpu_->conv2d_backward_data(g, w, dy, dx);
-    float* ly = dev_zeros(static_cast<std::size_t>(n) * out);
-    float* ldx = dev_zeros(static_cast<std::size_t>(n) * in);
-    float* ldw = dev_zeros(static_cast<std::size_t>(out) * in);
-    float* ldb = dev_zeros(out);
-    gpu_->linear_forward(n, in, out, lx, lw, lb, ly);
-    gpu_->linear_backward(n, in, out, lx, lw, ldy, ldx, ldw, ldb);
-    gpu_->set_amp(AmpMode::Off, nullptr, nullptr);
-    return std::vector<std::vector<float>>{
-        host(y, ny),       host(dw, nw),      host(db, g.k),       host(dx, nx),
-        host(ly, n * out), host(ldx, n * in), host(ldw, out * in), host(ldb, out)};
-  };
-  const char* names[] = {"conv y", "conv dw", "conv db", "conv dx",
-                         "fc y",   "fc dx",   "fc dw",   "fc db"};
-  const auto ref = outputs(AmpMode::Off);
-  // 16-bit inputs with fp32 accumulation: errors of a few units in the 16-bit format's last
-  // place relative to the output's magnitude (fp16: 2^-11, bf16: 2^-8).
-  for (const auto& [mode, tol] : {std::pair{AmpMode::Fp16, 4e-3}, std::pair{AmpMode::Bf16, 3e-2}}) {
-    const auto got = outputs(mode);
-    bool any_differs = false;
-    for (std::size_t i = 0; i < ref.size(); ++i) {
-      const std::string what = std::string(amp_mode_name(mode)) + " " + names[i];
-      expect_close(what.c_str(), got[i], ref[i], tol * max_abs(ref[i]), 0);
-      any_differs = any_differs || got[i] != ref[i];
+  for (const ConvGeom g : {ConvGeom{8, 1, 28, 28, 16, 5, 2}, ConvGeom{8, 16, 14, 14, 32, 5, 2}}) {
+    const std::size_t nx = static_cast<std::size_t>(g.n) * g.c * g.h * g.w;
+    const std::size_t ny = static_cast<std::size_t>(g.n) * g.k * g.out_h() * g.out_w();
+    const std::size_t nw = static_cast<std::size_t>(g.k) * g.c * g.r * g.r;
+    float* x = dev(rnd(nx, 21));
+    float* w = dev(rnd(nw, 22, -0.1f, 0.1f));
+    float* b = dev(rnd(g.k, 23));
+    float* dy = dev(rnd(ny, 24));
+    const int n = 8, in = 1568, out = 10;
+    float* lx = dev(rnd(static_cast<std::size_t>(n) * in, 25));
+    float* lw = dev(rnd(static_cast<std::size_t>(out) * in, 26, -0.05f, 0.05f));
+    float* lb = dev(rnd(out, 27));
+    float* ldy = dev(rnd(static_cast<std::size_t>(n) * out, 28));
+    // Every output of the conv and fc ops, in the precision set on the backend.
+    auto outputs = [&](AmpMode mode) {
+      gpu_->set_amp(mode, nullptr, nullptr);
+      float* y = dev_zeros(ny);
+      float* dw = dev_zeros(nw);
+      float* db = dev_zeros(g.k);
+      float* dx = dev_zeros(nx);
+      gpu_->conv2d_forward(g, x, w, b, y);
+      gpu_->conv2d_backward_filter(g, x, dy, dw, db);
+      if (g.c > 1) gpu_->conv2d_backward_data(g, w, dy, dx);  // layer 1 never needs it
+      float* ly = dev_zeros(static_cast<std::size_t>(n) * out);
+      float* ldx = dev_zeros(static_cast<std::size_t>(n) * in);
+      float* ldw = dev_zeros(static_cast<std::size_t>(out) * in);
+      float* ldb = dev_zeros(out);
+      gpu_->linear_forward(n, in, out, lx, lw, lb, ly);
+      gpu_->linear_backward(n, in, out, lx, lw, ldy, ldx, ldw, ldb);
+      gpu_->set_amp(AmpMode::Off, nullptr, nullptr);
+      return std::vector<std::vector<float>>{
+          host(y, ny),       host(dw, nw),      host(db, g.k),       host(dx, nx),
+          host(ly, n * out), host(ldx, n * in), host(ldw, out * in), host(ldb, out)};
+    };
+    const char* names[] = {"conv y", "conv dw", "conv db", "conv dx",
+                           "fc y",   "fc dx",   "fc dw",   "fc db"};
+    const auto ref = outputs(AmpMode::Off);
+    // 16-bit inputs with fp32 accumulation: errors of a few units in the 16-bit format's last
+    // place relative to the output's magnitude (fp16: 2^-11, bf16: 2^-8).
+    for (const auto& [mode, tol] :
+         {std::pair{AmpMode::Fp16, 4e-3}, std::pair{AmpMode::Bf16, 3e-2}}) {
+      const auto got = outputs(mode);
+      bool any_differs = false;
+      for (std::size_t i = 0; i < ref.size(); ++i) {
+        const std::string what = std::string(amp_mode_name(mode)) + " " + names[i];
+        expect_close(what.c_str(), got[i], ref[i], tol * max_abs(ref[i]), 0);
+        any_differs = any_differs || got[i] != ref[i];
+      }
+      EXPECT_TRUE(any_differs) << amp_mode_name(mode)
+                               << ": bitwise fp32 results, so no 16-bit math ran";
     }
-    EXPECT_TRUE(any_differs) << amp_mode_name(mode)
-                             << ": bitwise fp32 results, so no 16-bit math ran";
   }
 }
 
@@ -414,7 +426,9 @@ TEST_F(GpuOps, AmpScalesTheLossGradientAndSkipsTheStepOnInf) {
   const double loss_plain = gpu_->take_loss_sum();
   gpu_->set_amp(AmpMode::Fp16, scaler->scale(), scaler->found_inf());
   gpu_->accumulate_loss(n, classes, logits, glab, d_scaled, 1.0 / n);
-  EXPECT_EQ(gpu_->take_loss_sum(), loss_plain) << "the reported loss is never scaled";
+  // The loss is summed by atomics in any order: equal up to the last bits, never scaled.
+  EXPECT_NEAR(gpu_->take_loss_sum(), loss_plain, 1e-12 * std::abs(loss_plain))
+      << "the reported loss is never scaled";
   auto want = host(d_plain, n * classes);
   for (auto& v : want) v *= 65536.f;
   expect_close("scaled dlogits", host(d_scaled, n * classes), want, 0, 1e-6);
@@ -440,6 +454,45 @@ TEST_F(GpuOps, AmpScalesTheLossGradientAndSkipsTheStepOnInf) {
   expect_close("sgd after a clean step", host(gp, np), p_want, 1e-6, 1e-6);
   gpu_->set_amp(AmpMode::Off, nullptr, nullptr);
   gpu_->free_bytes(reinterpret_cast<std::uint8_t*>(glab));
+}
+
+// --amp fp16: the optimizer's first update is the first step that actually updates. A skipped
+// first step leaves the momentum buffer untouched, and the next clean step starts it as the
+// gradient (PyTorch: the buffer is created by the first optimizer.step() GradScaler lets run),
+// not as (1 - dampening) x gradient; the step after that is an ordinary momentum step.
+TEST_F(GpuOps, AmpFirstUpdateIsTheFirstStepThatUpdates) {
+  auto scaler = make_grad_scaler(*gpu_, LossScaleRule{});
+  gpu_->set_amp(AmpMode::Fp16, scaler->scale(), scaler->found_inf());
+  const std::size_t np = 1000;
+  const auto p = rnd(np, 42), g1 = rnd(np, 43), g2 = rnd(np, 44), buf = rnd(np, 45);
+  float* gp = dev(p);
+  float* gg = dev(g1);
+  float* gb = dev(buf);
+  SgdParams s;
+  s.lr = 0.1;
+  s.momentum = 0.9;
+  s.dampening = 0.5;  // makes "first" visible: buf = d, not 0.5 d
+  const float one = 1.f, zero = 0.f;
+  // Step 0: the host's first step, skipped (inf somewhere).
+  gpu_->set_step_scalars({0, 0.1, true});
+  gpu_->upload(&one, scaler->found_inf(), sizeof one);
+  gpu_->sgd_step_at_step(np, gp, gg, gb, s);
+  EXPECT_EQ(host(gp, np), p) << "a skipped step moved the parameters";
+  // Step 1: not the host's first, but the first update.
+  gpu_->set_step_scalars({0, 0.1, false});
+  gpu_->upload(&zero, scaler->found_inf(), sizeof zero);
+  gpu_->sgd_step_at_step(np, gp, gg, gb, s);
+  auto p_want = p, b_want = buf;
+  cpu_->sgd_step(np, p_want.data(), g1.data(), b_want.data(), s, /*first_step=*/true);
+  expect_close("momentum after the first update", host(gb, np), b_want, 0, 0);
+  expect_close("params after the first update", host(gp, np), p_want, 1e-6, 1e-6);
+  // Step 2: an ordinary momentum step.
+  gpu_->upload(g2.data(), gg, np * sizeof(float));
+  gpu_->sgd_step_at_step(np, gp, gg, gb, s);
+  cpu_->sgd_step(np, p_want.data(), g2.data(), b_want.data(), s, /*first_step=*/false);
+  expect_close("momentum after the second update", host(gb, np), b_want, 1e-7, 1e-6);
+  expect_close("params after the second update", host(gp, np), p_want, 1e-6, 1e-6);
+  gpu_->set_amp(AmpMode::Off, nullptr, nullptr);
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <functional>
 #include <vector>
 
+#include "../common/compare.hpp"
 #include "mnist_ddp/cpu_ops.hpp"
 #include "mnist_ddp/rng.hpp"
 
@@ -43,7 +44,7 @@ void expect_grad(const std::function<Vec(const Vec&)>& f, Vec input, const Vec& 
     input[i] = keep;
     const double numeric = (up - down) / (2 * h);
     const double err = std::abs(numeric - analytic[i]) / std::max(1.0, std::abs(numeric));
-    worst = std::max(worst, err);
+    worst = testing::worst_of(worst, err);
     EXPECT_NEAR(numeric, analytic[i], tol * std::max(1.0, std::abs(numeric))) << "element " << i;
   }
   ::testing::Test::RecordProperty("max_rel_error", std::to_string(worst));

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <vector>
 
+#include "../common/compare.hpp"
 #include "mnist_ddp/model.hpp"
 #include "mnist_ddp/ops.hpp"
 #include "mnist_ddp/reducer.hpp"
@@ -110,10 +111,11 @@ void check_against_pytorch(Mode mode, CpuKernels kernels) {
   double worst = 0;
   for (const auto& e : m.param_entries()) {
     double scale = 1e-3;
-    for (std::size_t k = 0; k < e.numel; ++k) scale = std::max(scale, std::abs(g[e.offset + k]));
+    for (std::size_t k = 0; k < e.numel; ++k)
+      scale = testing::worst_of(scale, std::abs(g[e.offset + k]));
     for (std::size_t k = 0; k < e.numel; ++k) {
       const double err = std::abs(m.grads()[e.offset + k] - g[e.offset + k]) / scale;
-      worst = std::max(worst, err);
+      worst = testing::worst_of(worst, err);
       EXPECT_LT(err, 1e-3) << e.name << "[" << k << "] ours " << m.grads()[e.offset + k]
                            << " torch " << g[e.offset + k];
     }
