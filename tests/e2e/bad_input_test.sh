@@ -4,13 +4,14 @@
 source "$(dirname "$0")/lib.sh"
 python3 "$REPO/data/make_fixtures.py" "$TMP/fx" || { fail "fixtures"; exit 0; }
 
-# expect_error NAME EXPECTED_SUBSTRING ARGS...
+# expect_error NAME EXPECTED_SUBSTRING ARGS...: on the CPU (DEVICE=cuda|auto for the device cases),
+# so a GPU machine tests the same thing as this one.
 expect_error() {
   local name="$1" want="$2"; shift 2
-  run "$name" 60 mpirun -np 2 "$BIN" --log-dir "$TMP/log" --checkpoint-dir "$TMP/ckpt" --progress off "$@"
+  run "$name" 60 mpirun -np 2 "$BIN" --device "${DEVICE:-cpu}" --log-dir "$TMP/log" --checkpoint-dir "$TMP/ckpt" --progress off "$@"
   local n; n=$(grep -c "mnist_ddp: error:" "$ERR")
   if [[ $RC -ne 0 && $RC -ne 124 && $RC -ne 137 && "$n" == 1 ]] && grep -q -- "$want" "$ERR" &&
-     (( $(echo "$SECS < 30" | bc) )); then
+     awk -v s="$SECS" 'BEGIN { exit !(s < 30) }'; then
     pass "$name (exit $RC in ${SECS%???????}s: $(grep -m1 'mnist_ddp: error:' "$ERR" | cut -c1-110))"
   else
     fail "$name: rc=$RC messages=$n secs=$SECS want '$want'" "$(show)"
@@ -29,8 +30,19 @@ expect_error label_out_of_range "label 12 at index 5" --data "$TMP/fx/label_rang
 expect_error corrupt_gzip "train-images-idx3-ubyte.gz" --data "$TMP/fx/corrupt_gz"
 expect_error missing_file "missing t10k-images-idx3-ubyte" --data "$TMP/fx/missing_file"
 expect_error swapped_files "are the images and labels files swapped" --data "$TMP/fx/swapped"
-expect_error device_cuda "--device cuda: " --data "$TMP/fx/valid" --device cuda
-expect_error comm_nccl_on_cpu "--comm nccl works on GPU memory" --data "$TMP/fx/valid" --device cpu --comm nccl
+# --device cuda fails for a reason that depends on the machine: ask the binary first.
+probe=$("$BIN" --device cuda --print-env 2>&1)
+if grep -q "built without CUDA" <<<"$probe"; then
+  DEVICE=cuda expect_error device_cuda_cpu_only_build "built without CUDA" --data "$TMP/fx/valid"
+elif grep -q "no usable GPU" <<<"$probe"; then
+  DEVICE=cuda expect_error device_cuda_no_gpu "--device cuda: no usable GPU" --data "$TMP/fx/valid"
+elif [[ "$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')" == 1 ]]; then
+  # One GPU, two ranks: NCCL needs a GPU per rank.
+  DEVICE=cuda expect_error device_cuda_nccl_two_ranks_one_gpu "one GPU per rank" --data "$TMP/fx/valid" --comm nccl
+else
+  echo "skip - device_cuda (this machine has $(nvidia-smi -L 2>/dev/null | grep -c '^GPU ') GPUs: no --device cuda bad input to provoke)"
+fi
+expect_error comm_nccl_on_cpu "--comm nccl works on GPU memory" --data "$TMP/fx/valid" --comm nccl
 expect_error resume_missing_file "no such file; pass an existing checkpoint" --data "$TMP/fx/valid" --resume "$TMP/none.h5"
 expect_error resume_dir_not_file "no such file" --data "$TMP/fx/valid" --resume "$TMP"
 expect_error keep_zero "--keep" --keep 0
@@ -52,7 +64,7 @@ expect_error cpu_kernels_unknown "--cpu-kernels" --cpu-kernels gpu
 expect_error comm_unknown "--comm" --comm tcp
 expect_error tf32_unknown "--tf32" --tf32 maybe
 expect_error threads_negative "--threads" --threads -1
-expect_error amp_on_cpu "--amp fp16: mixed precision runs on the GPU backend only" --data "$TMP/fx/valid" --device cpu --amp fp16
+expect_error amp_on_cpu "--amp fp16: mixed precision runs on the GPU backend only" --data "$TMP/fx/valid" --amp fp16
 expect_error amp_unknown "--amp" --amp fp8
 # The checkpoint test seam refuses values it does not know instead of ignoring them.
 export MNIST_DDP_TEST_FAIL_CHECKPOINT=bogus
@@ -62,5 +74,5 @@ touch "$TMP/afile"
 expect_error unwritable_log_dir "--log-dir" --data "$TMP/fx/valid" --log-dir "$TMP/afile/sub"
 
 # The fixture itself is fine: the same launch with the valid directory succeeds.
-run valid_fixture 120 mpirun -np 2 "$BIN" --data "$TMP/fx/valid" --log-dir "$TMP/log" --checkpoint-dir "$TMP/ckpt" --progress off --batch-size 8 --eval-batch-size 8
+run valid_fixture 120 mpirun -np 2 "$BIN" --device cpu --data "$TMP/fx/valid" --log-dir "$TMP/log" --checkpoint-dir "$TMP/ckpt" --progress off --batch-size 8 --eval-batch-size 8
 if [[ $RC -eq 0 ]] && grep -q "fixture (data/make_fixtures.py)" "$OUT"; then pass "valid_fixture_trains"; else fail "valid_fixture_trains rc=$RC" "$(show)"; fi

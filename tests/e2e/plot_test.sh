@@ -8,7 +8,7 @@ if ! /usr/bin/python3 -c "import matplotlib" 2>/dev/null; then
   exit 0
 fi
 DATA="$REPO/data/dataset"
-run plot_run 300 mpirun -np 2 "$BIN" --data "$DATA" --epochs 1 --max-steps 30 --log-every 10 --eval-every 15 --progress off --log-dir "$TMP/run" --checkpoint-dir "$TMP/ckpt"
+run plot_run 300 mpirun -np 2 "$BIN" --device cpu --data "$DATA" --epochs 1 --max-steps 30 --log-every 10 --eval-every 15 --progress off --log-dir "$TMP/run" --checkpoint-dir "$TMP/ckpt"
 M="$TMP/run/metrics.jsonl"
 train=$(grep -c '"event":"train"' "$M")
 acc=$(grep -E '"event":"(eval|epoch)"' "$M" | grep -o '"step":[0-9]*' | sort -u | wc -l)

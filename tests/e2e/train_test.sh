@@ -5,11 +5,11 @@
 source "$(dirname "$0")/lib.sh"
 DATA="$REPO/data/dataset"
 
-run train_2ranks 600 mpirun -np 2 "$BIN" --data "$DATA" --epochs 1 --log-dir "$TMP/log2" --checkpoint-dir "$TMP/ckpt2" --progress off --check-replicas 100
+run train_2ranks 600 mpirun -np 2 "$BIN" --device cpu --data "$DATA" --epochs 1 --log-dir "$TMP/log2" --checkpoint-dir "$TMP/ckpt2" --progress off --check-replicas 100
 top1=$(grep -o "done: .* test top-1 [0-9.]*%" "$OUT" | grep -o "[0-9.]*%$" | tr -d %)
 bar=85
 grep -q "^mnist (" "$DATA/DATASET" && bar=98
-if [[ $RC -eq 0 && -n "$top1" ]] && (( $(echo "$top1 >= $bar" | bc) )); then
+if [[ $RC -eq 0 && -n "$top1" ]] && awk -v t="$top1" -v b="$bar" 'BEGIN { exit !(t >= b) }'; then
   pass "train_2ranks_1epoch top-1 ${top1}% >= ${bar}% ($(grep -o 'at [0-9]* img/s' "$OUT"))"
 else
   fail "train_2ranks_1epoch rc=$RC top1=$top1 bar=$bar" "$(show)"
@@ -40,14 +40,14 @@ assert c["buckets"] == 3 and c["overlap"] and c["wire_bytes"] > 0 and c["exposed
 PY
 then pass "metrics_jsonl_schema"; else fail "metrics_jsonl_schema" "$(head -3 "$TMP/log2/metrics.jsonl")"; fi
 
-run train_single 300 "$BIN" --data "$DATA" --epochs 1 --max-steps 30 --log-dir "$TMP/log1" --checkpoint-dir "$TMP/ckpt1" --progress off
+run train_single 300 "$BIN" --device cpu --data "$DATA" --epochs 1 --max-steps 30 --log-dir "$TMP/log1" --checkpoint-dir "$TMP/ckpt1" --progress off
 if [[ $RC -eq 0 ]] && grep -q "1 rank(s)" "$OUT" && grep -q "done: 30 steps" "$OUT"; then pass "single_process_world_of_one"; else fail "single_process rc=$RC" "$(show)"; fi
 
-run train_4ranks 300 mpirun -np 4 --oversubscribe "$BIN" --data "$DATA" --epochs 1 --max-steps 20 --log-dir "$TMP/log4" --checkpoint-dir "$TMP/ckpt4" --progress off --check-replicas 5
+run train_4ranks 300 mpirun -np 4 --oversubscribe "$BIN" --device cpu --data "$DATA" --epochs 1 --max-steps 20 --log-dir "$TMP/log4" --checkpoint-dir "$TMP/ckpt4" --progress off --check-replicas 5
 if [[ $RC -eq 0 ]] && grep -q "4 rank(s)" "$OUT" && grep -q "(10000 images)" "$OUT"; then pass "four_ranks_oversubscribed"; else fail "four_ranks rc=$RC" "$(show)"; fi
 
 # Live progress on a TTY (forced with --progress on) and mid-epoch evaluation with --eval-every.
-run progress_and_eval_every 300 "$BIN" --data "$DATA" --epochs 1 --max-steps 20 --eval-every 10 --progress on --log-dir "$TMP/logp" --checkpoint-dir "$TMP/ckptp"
+run progress_and_eval_every 300 "$BIN" --device cpu --data "$DATA" --epochs 1 --max-steps 20 --eval-every 10 --progress on --log-dir "$TMP/logp" --checkpoint-dir "$TMP/ckptp"
 if [[ $RC -eq 0 ]] && grep -q $'\r\033\[K' "$OUT" && grep -q "ETA" "$OUT" && grep -q "eval step 10: test loss" "$OUT" &&
    [[ $(grep -c '"event":"eval"' "$TMP/logp/metrics.jsonl") == 2 ]] && grep -q "epoch 1 step 20/20" "$TMP/logp/mnist_train.log"; then
   pass "live_progress_line_and_eval_every"
@@ -56,13 +56,13 @@ else
 fi
 
 # The reference CPU kernels train too (same flags, same data).
-run reference_kernels 300 mpirun -np 2 "$BIN" --data "$DATA" --epochs 1 --max-steps 20 --cpu-kernels reference --log-dir "$TMP/logr" --checkpoint-dir "$TMP/ckptr" --progress off
+run reference_kernels 300 mpirun -np 2 "$BIN" --device cpu --data "$DATA" --epochs 1 --max-steps 20 --cpu-kernels reference --log-dir "$TMP/logr" --checkpoint-dir "$TMP/ckptr" --progress off
 if [[ $RC -eq 0 ]] && grep -q "(reference kernels)" "$OUT" && grep -q "done: 20 steps" "$OUT"; then pass "reference_kernels_train"; else fail "reference_kernels rc=$RC" "$(show)"; fi
 
 # Post-local SGD, 4 ranks as 2 "nodes" of 2 (test seam): global all-reduce for 9 steps, then
 # node-local gradient averaging and a global parameter average after steps 9, 14, 19, ... (0-based)
 # — so all replicas agree at step counts 5, 10, 15, 20 ... and the two nodes differ in between.
-LS=(--data "$DATA" --epochs 1 --max-steps 40 --local-sgd-start 9 --local-sgd-period 5 --progress off)
+LS=(--device cpu --data "$DATA" --epochs 1 --max-steps 40 --local-sgd-start 9 --local-sgd-period 5 --progress off)
 run local_sgd_synced 300 env MNIST_DDP_TEST_RANKS_PER_NODE=2 mpirun -np 4 --oversubscribe "$BIN" "${LS[@]}" --check-replicas 5 --log-dir "$TMP/lls1" --checkpoint-dir "$TMP/cls1"
 rc_synced=$RC; out_synced="$(show)"
 grep -q "within groups of 2 rank(s)" "$OUT" || rc_synced=99

@@ -26,7 +26,7 @@ if ! cluster_start "$CL"; then
   fail "cluster_start" "$(tail -n 5 "$CL"/log/*.log "$CL"/munge/munged.log 2>&1)"
   exit 0
 fi
-pass "local_cluster_up (munged, slurmctld, slurmd node1+node2 idle in $(echo "$(date +%s.%N) - $t0" | bc | cut -c1-4) s)"
+pass "local_cluster_up (munged, slurmctld, slurmd node1+node2 idle in $(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }') s)"
 cd "$REPO" || exit 1
 bar=80
 grep -q "^mnist (" "$DATA/DATASET" && bar=95
@@ -51,7 +51,7 @@ export MNIST_DDP_CKPT="$TMP/ckpt1" MNIST_DDP_LOGS="$TMP/log1"
 submit sbatch_2x4 slurm/train_2x4.sh --data "$DATA" --epochs 1 --progress off
 acc=$(top1)
 if [[ "$STATE" == COMPLETED ]] && grep -q "8 rank(s) on 2 node(s)" "$OUT" &&
-   [[ "$(on_nodes)" == "node1:4 node2:4" ]] && [[ -n "$acc" ]] && (($(echo "$acc >= $bar" | bc))); then
+   [[ "$(on_nodes)" == "node1:4 node2:4" ]] && [[ -n "$acc" ]] && awk -v a="$acc" -v b="$bar" 'BEGIN { exit !(a >= b) }'; then
   pass "sbatch_train_2x4_8_ranks_on_2_nodes (top-1 ${acc}%, $(on_nodes), module loaded, srun --mpi=pmix)"
 else
   fail "sbatch_train_2x4 state=$STATE top1=$acc nodes=$(on_nodes)" "$(tail -n 15 "$OUT" "$TMP/sbatch_2x4.err" 2>&1)"
