@@ -10,3 +10,10 @@ export OMPI_MCA_btl_tcp_if_include=lo OMPI_MCA_oob_tcp_if_include=lo
 if [[ $(id -u) -eq 0 ]]; then
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 fi
+# On a machine where the driver lists a GPU, the GPU tests must run: with MNIST_DDP_REQUIRE_GPU=1
+# the C++ tests and tests/e2e/gpu_test.sh turn "no GPU, skipping" into a failure. Set only when
+# unset (MNIST_DDP_REQUIRE_GPU=0 opts out).
+if [[ -z "${MNIST_DDP_REQUIRE_GPU+set}" ]] && command -v nvidia-smi >/dev/null 2>&1 &&
+   timeout 30 nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then
+  export MNIST_DDP_REQUIRE_GPU=1
+fi

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # run_tests.sh — the whole suite (`make test`): GoogleTest unit tests, the MPI tests under
-# mpirun -np 2 and -np 4 --oversubscribe, and the end-to-end shell tests. Prints each failure
-# and ends with "N passed, M failed".
+# mpirun -np 2 and -np 4 --oversubscribe, and the end-to-end shell tests. Prints each failure,
+# every skip's reason, and ends with "N passed, M failed, K skipped".
 set -uo pipefail
 cd "$(dirname "$0")/.."
 source tests/mpi_env.sh
@@ -21,6 +21,8 @@ gtest() {
   ok=$(grep -c "^\[       OK \]" "$LOG/$name.log")
   bad=$(grep -c "^\[  FAILED  \] .*(.*ms)" "$LOG/$name.log")
   skipped=$((skipped + $(grep -c "^\[  SKIPPED \] .*(.*ms)" "$LOG/$name.log")))
+  # GoogleTest prints a skip's reason on the line after "file:line: Skipped".
+  grep -A1 ": Skipped$" "$LOG/$name.log" | grep -v -- "^--$" | grep -v ": Skipped$" >>"$LOG/skip-reasons.txt"
   grep -E "^\[  (SKIPPED|FAILED) \] .*\(" "$LOG/$name.log" | sed 's/^/   /'
   grep -E "^max " "$LOG/$name.log" | sed 's/^/   /'
   passed=$((passed + ok)); failed=$((failed + bad))
@@ -40,6 +42,7 @@ shell() {
   ok=$(grep -c "^ok - " "$LOG/$name.log")
   bad=$(grep -c "^not ok - " "$LOG/$name.log")
   skip=$(grep -c "^skip - " "$LOG/$name.log")
+  grep "^skip - " "$LOG/$name.log" | sed 's/^skip - //' >>"$LOG/skip-reasons.txt"
   sed 's/^/   /' "$LOG/$name.log"
   passed=$((passed + ok)); failed=$((failed + bad)); skipped=$((skipped + skip))
   if ((ok + bad + skip == 0)); then failed=$((failed + 1)); failures+=("$name ran nothing"); fi
@@ -54,6 +57,18 @@ for t in tests/e2e/*_test.sh; do shell "$t"; done
 shell tests/slurm/slurm_test.sh
 
 echo
+# Every skip is reported with its reason, so a green run shows what it did not test. Where a GPU is
+# required (MNIST_DDP_REQUIRE_GPU=1: tests/mpi_env.sh sets it where nvidia-smi lists a GPU), a skip
+# for want of a GPU or of the CUDA backend fails the suite.
+if [[ -s "$LOG/skip-reasons.txt" ]]; then
+  echo "skipped, by reason:"
+  sort "$LOG/skip-reasons.txt" | uniq -c | sort -rn | sed 's/^/  /'
+  if [[ "${MNIST_DDP_REQUIRE_GPU:-0}" == 1 ]] &&
+     grep -qiE "no usable GPU|no GPU|built without CUDA" "$LOG/skip-reasons.txt"; then
+    failed=$((failed + 1))
+    failures+=("GPU tests skipped although MNIST_DDP_REQUIRE_GPU=1")
+  fi
+fi
 if ((${#failures[@]})); then printf 'FAILED: %s\n' "${failures[@]}"; fi
 echo "logs: $LOG"
 echo "$passed passed, $failed failed, $skipped skipped"

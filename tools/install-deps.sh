@@ -14,7 +14,7 @@ PACKAGES=(
   libgtest-dev libbenchmark-dev         # tests, benchmarks
   dataset-fashion-mnist                 # default dataset when MNIST cannot be downloaded
   python3-torch python3-h5py python3-numpy  # PyTorch DDP baseline and the export tool
-  procps util-linux bc                  # ps/pgrep, timeout/setsid, arithmetic in the tests
+  procps util-linux                     # ps/pgrep, timeout/setsid (the tests use awk, not bc)
   lmod                                  # the modulefile test (modules/)
   python3-matplotlib                    # tools/plot_metrics
 )

@@ -1,37 +1,183 @@
 #!/usr/bin/env bash
 # make-bundle.sh — packs what a GPU machine with CUDA 13 libraries but no MPI/HDF5/oneDNN needs
 # to run the GPU suite and benchmark (`make bundle`): stripped binaries, their non-CUDA shared
-# libraries, the Open MPI runtime laid out for OPAL_PREFIX, the dataset, and the scripts.
+# libraries, the Open MPI runtime laid out for OPAL_PREFIX (with Debian's PMIx, UCX and MCA
+# defaults), wrapper scripts, and the dataset.
 # Output: dist/ (about 55 MB; carry it: `carry: ["dist"]`), then on the device:
-#   tools/gpu-suite.sh        (from the repository root)
+#   tools/gpu-suite.sh test|sanitize|bench|all      (from the repository root)
+# Inside dist/bundle.tar.xz:
+#   bin/NAME        wrappers (mnist_ddp, unit_tests, mpi_tests, ops_bench, comm_bench, mpirun):
+#                   source bin/bundle-env.sh, which sets LD_LIBRARY_PATH (bundle lib/, then the
+#                   CUDA libraries found on that machine), OPAL_PREFIX and PMIx's directories for
+#                   that process only, then exec libexec/NAME. Usable outside the suite, also
+#                   through a symlink (./mnist_ddp -> dist/b/bin/mnist_ddp).
+#   libexec/        the real binaries          lib/   their libraries except glibc and CUDA's
+#   mpi/            Open MPI as Debian lays it out under /usr (mpi/bin: wrappers of orterun and
+#                   orted), Debian's /etc/openmpi in mpi/etc, PMIx 4 in mpi/lib/x86_64-linux-gnu/pmix2
+#   BUNDLE-INFO     what was built, from which commit, and the CUDA sonames the binaries need
 set -euo pipefail
 cd "$(dirname "$0")/.."
-out=dist
+out="${DIST:-dist}"
 stage="$(mktemp -d)"
 trap 'rm -rf "$stage"' EXIT
-mkdir -p "$stage/bin" "$stage/lib" "$stage/mpi/bin" "$stage/mpi/lib/x86_64-linux-gnu" "$stage/mpi/share"
+ML=mpi/lib/x86_64-linux-gnu   # Debian's libdir relative to the /usr prefix that OPAL_PREFIX replaces
+mkdir -p "$stage/bin" "$stage/libexec" "$stage/lib/ucx" "$stage/mpi/bin" "$stage/mpi/libexec" \
+  "$stage/$ML" "$stage/mpi/share" "$stage/mpi/etc"
 # Built by `make bundle` into $BUNDLE_BUILD with a portable -march (BUNDLE_ARCH).
 B="${BUNDLE_BUILD:-build/bundle}"
 bins=("$B/mnist_ddp" "$B/tests/unit_tests" "$B/tests/mpi_tests" "$B/bench/ops_bench" "$B/bench/comm_bench")
 for b in "${bins[@]}"; do
   [[ -x "$b" ]] || { echo "make-bundle: $b missing (run make bundle)" >&2; exit 1; }
-  strip -o "$stage/bin/$(basename "$b")" "$b"
+  strip -o "$stage/libexec/$(basename "$b")" "$b"
 done
-# Open MPI as Debian lays it out under /usr, so OPAL_PREFIX=<bundle>/mpi relocates it.
-cp -a /usr/lib/x86_64-linux-gnu/openmpi "$stage/mpi/lib/x86_64-linux-gnu/"
-[[ -d /usr/lib/x86_64-linux-gnu/pmix2 ]] && cp -a /usr/lib/x86_64-linux-gnu/pmix2 "$stage/mpi/lib/x86_64-linux-gnu/"
+# Open MPI as Debian lays it out under /usr, so OPAL_PREFIX=<bundle>/mpi relocates it. Its MCA
+# defaults (/etc/openmpi: pml ^ucx, btl ^openib..., which tests/mpi_env.sh then overrides) come
+# along, read through OPAL_SYSCONFDIR, so launches there behave as here.
+cp -a /usr/lib/x86_64-linux-gnu/openmpi "$stage/$ML/"
+[[ -d /usr/lib/x86_64-linux-gnu/pmix2 ]] && cp -a /usr/lib/x86_64-linux-gnu/pmix2 "$stage/$ML/"
 cp -a /usr/share/openmpi "$stage/mpi/share/"
-cp -L /usr/bin/orterun "$stage/mpi/bin/mpirun"
-cp -L /usr/bin/orted "$stage/mpi/bin/orted"
-# Every shared library those need, except glibc and CUDA's (the GPU machine has its own).
-objs=("$stage"/bin/* "$stage"/mpi/bin/* $(find "$stage/mpi/lib" -name '*.so*' -type f))
-ldd "${objs[@]}" 2>/dev/null | awk '/=>/ {print $3}' | sort -u |
-  grep -vE '/(libc|libm|libpthread|libdl|librt|libresolv)\.so|ld-linux|libcuda|libcudnn|libcublas|libnccl|libcudart|libnvidia' |
-  while read -r lib; do [[ -f "$lib" ]] && cp -L "$lib" "$stage/lib/"; done
+[[ -d /etc/openmpi ]] && cp -a /etc/openmpi/. "$stage/mpi/etc/"
+cp -L /usr/bin/orterun "$stage/mpi/libexec/orterun"
+cp -L /usr/bin/orted "$stage/mpi/libexec/orted"
+# UCX (pml ucx, as in tests/mpi_env.sh): libucp/libucs/libuct come with ldd below; its transport
+# modules are looked up next to libucs (lib/ucx). Only CMA: the InfiniBand/RDMA-CM modules would
+# drag in libibverbs, which warns without its provider configuration; tcp, posix, sysv and self are
+# built into libuct.
+for m in /usr/lib/x86_64-linux-gnu/ucx/libuct_cma.so*; do [[ -e $m ]] && cp -a "$m" "$stage/lib/ucx/"; done
+# Every shared library those need, except glibc and CUDA's (the GPU machine has its own: PyTorch's
+# wheels or a toolkit; bin/bundle-env.sh finds them there).
+mapfile -t objs < <(find "$stage/libexec" "$stage/mpi/libexec" "$stage/mpi/lib" "$stage/lib/ucx" -type f \
+  \( -name '*.so*' -o -perm -u+x \))
+lddq() { ldd "$@" 2>/dev/null || true; }  # a non-ELF file among them must not stop the bundle
+skip='/(libc|libm|libpthread|libdl|librt|libresolv|libutil)\.so|ld-linux|libcuda\.|libcudnn|libcublas|libnccl|libcudart|libnvidia|libnvrtc|libnvJitLink'
+lddq "${objs[@]}" | awk '/=>/ && $3 ~ /^\// {print $3}' | sort -u | grep -vE "$skip" |
+  while read -r lib; do cp -L "$lib" "$stage/lib/"; done
+missing=$(lddq "${objs[@]}" | awk '/=> not found/ {print $1}' | sort -u | grep -vE "$skip" || true)
+[[ -z "$missing" ]] || echo "make-bundle: warning: not found here, not bundled: $(tr "\n" " " <<<"$missing")" >&2
+
+# --- wrappers -------------------------------------------------------------------------------------
+cat > "$stage/bin/bundle-env.sh" <<'ENV'
+# bundle-env.sh — sourced by the bundle's wrappers (made by tools/make-bundle.sh) right before they
+# exec a real binary: sets, for that process and its children only, LD_LIBRARY_PATH = the bundle's
+# lib/ then the CUDA 13 libraries of this machine, OPAL_PREFIX and PMIx's directories. The CUDA
+# libraries are looked up in $MNIST_DDP_CUDA_LIBS if set (colon-separated directories), else in
+# python3's site-packages (nvidia/*/lib of PyTorch's wheels, torch/lib), /usr/local/cuda and the
+# system's linker cache; a missing one is an error naming it.
+MNIST_DDP_BUNDLE="$(cd "$(dirname "$(readlink -f -- "${BASH_SOURCE[0]}")")/.." && pwd)"
+MNIST_DDP_CUDA_NEEDED="libcudart.so.13 libcublas.so.13 libcublasLt.so.13 libcudnn.so.9 libcudnn_graph.so.9 libcudnn_ops.so.9 libcudnn_cnn.so.9 libcudnn_engines_precompiled.so.9 libcudnn_heuristic.so.9 libnccl.so.2"
+
+# mnist_ddp_cuda_dirs: candidate directories, one per line, in search order.
+mnist_ddp_cuda_dirs() {
+  local sp d
+  # python3 without the bundle's libraries (a wrapper may run under another wrapper's environment).
+  for sp in $(env -u LD_LIBRARY_PATH python3 -c '
+import site, sys
+seen = []
+for p in list(site.getsitepackages()) + [site.getusersitepackages()] + sys.path:
+    if p.endswith(("site-packages", "dist-packages")) and p not in seen:
+        seen.append(p)
+print("\n".join(seen))' 2>/dev/null); do
+    for d in "$sp"/nvidia/*/lib "$sp"/torch/lib; do [[ -d $d ]] && echo "$d"; done
+  done
+  for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib /usr/local/cuda/lib; do
+    [[ -d $d ]] && echo "$d"
+  done
+  return 0
+}
+
+# mnist_ddp_find_cuda: sets MNIST_DDP_CUDA_LIBS (directories holding the needed libraries, in
+# order) or returns 1 after naming what is missing on stderr.
+mnist_ddp_find_cuda() {
+  local cands=() dirs=() so d found missing=() sys
+  if [[ -n "${MNIST_DDP_CUDA_LIBS:-}" ]]; then
+    IFS=: read -r -a cands <<<"$MNIST_DDP_CUDA_LIBS"
+  else
+    mapfile -t cands < <(mnist_ddp_cuda_dirs)
+  fi
+  for so in $MNIST_DDP_CUDA_NEEDED; do
+    found=""
+    for d in "${cands[@]}"; do
+      if [[ -e "$d/$so" ]]; then
+        found=$d
+        [[ " ${dirs[*]} " == *" $d "* ]] || dirs+=("$d")
+        break
+      fi
+    done
+    # else the system's linker cache (an entry whose file exists: "so (libc6,x86-64) => /path")
+    [[ -n $found || -n $sys ]] || sys=$( (ldconfig -p || /sbin/ldconfig -p) 2>/dev/null)
+    [[ -n $found ]] || awk -v so="$so" '$1 == so && /x86-64/ { if (system("test -e \"" $NF "\"") == 0) f = 1 }
+      END { exit !f }' <<<"$sys" || missing+=("$so")
+  done
+  if ((${#missing[@]})); then
+    echo "mnist_ddp bundle: CUDA libraries not found: ${missing[*]}" >&2
+    echo "  searched: ${cands[*]:-(no candidate directories)} and the system linker cache" >&2
+    echo "  (install PyTorch's CUDA 13 wheels or a CUDA 13 toolkit with cuDNN 9 and NCCL 2, or set MNIST_DDP_CUDA_LIBS)" >&2
+    return 1
+  fi
+  # Also the other nvidia/*/lib directories (NVRTC and nvJitLink for cuDNN's runtime-compiled
+  # engines live beside them in the wheels).
+  for d in "${cands[@]}"; do
+    [[ $d == */nvidia/*/lib && " ${dirs[*]} " != *" $d "* ]] && dirs+=("$d")
+  done
+  MNIST_DDP_CUDA_LIBS=$(IFS=:; echo "${dirs[*]}")
+  export MNIST_DDP_CUDA_LIBS
+}
+
+mnist_ddp_bundle_env() {
+  mnist_ddp_find_cuda || return 1
+  local front="$MNIST_DDP_BUNDLE/lib${MNIST_DDP_CUDA_LIBS:+:$MNIST_DDP_CUDA_LIBS}"
+  case "${LD_LIBRARY_PATH:-}" in
+    "$front" | "$front":*) ;;  # already set by an outer wrapper (mpirun -> ranks)
+    *) export LD_LIBRARY_PATH="$front${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" ;;
+  esac
+  local px="$MNIST_DDP_BUNDLE/mpi/lib/x86_64-linux-gnu/pmix2"
+  # Open MPI relocated: prefix, its MCA defaults (Debian's /etc/openmpi, copied to mpi/etc).
+  export OPAL_PREFIX="$MNIST_DDP_BUNDLE/mpi" OPAL_SYSCONFDIR="$MNIST_DDP_BUNDLE/mpi/etc"
+  # PMIx 4 (Debian's external libpmix2): its libdir, datadir and sysconfdir are absolute paths
+  # under /usr/lib/x86_64-linux-gnu/pmix2 (PMIX_PREFIX alone moves nothing), and its
+  # pmix-mca-params.conf names that component path: point every one of them into the bundle, and
+  # give the component path explicitly (the environment wins over the file) so PMIx neither prints
+  # "The pmix_mca_base_component_path MCA variable was used to add paths ... failed to add" nor
+  # misses its plugins and help texts.
+  export PMIX_PREFIX="$px" PMIX_EXEC_PREFIX="$px" PMIX_LIBDIR="$px/lib" PMIX_PKGLIBDIR="$px/lib/pmix" \
+    PMIX_DATAROOTDIR="$px/share" PMIX_DATADIR="$px/share" PMIX_PKGDATADIR="$px/share/pmix" \
+    PMIX_SYSCONFDIR="$px/share" PMIX_MCA_mca_base_component_path="$px/lib/pmix"
+  # UCX modules next to the bundled libucs; a world of one without mpirun needs no orted.
+  export UCX_MODULE_DIR="$MNIST_DDP_BUNDLE/lib/ucx"
+  export OMPI_MCA_ess_singleton_isolated="${OMPI_MCA_ess_singleton_isolated:-1}"
+}
+ENV
+
+# wrapper NAME REAL: bin/NAME (or mpi/bin/NAME) runs REAL (relative to the bundle root).
+wrapper() {
+  local path="$1" real="$2"
+  cat > "$stage/$path" <<W
+#!/usr/bin/env bash
+# $(basename "$path") — wrapper made by tools/make-bundle.sh: runs $real with the bundle's and this
+# machine's CUDA libraries (bin/bundle-env.sh) set for it alone.
+source "\$(dirname "\$(readlink -f -- "\${BASH_SOURCE[0]}")")/$(realpath --relative-to="$(dirname "$stage/$path")" "$stage/bin")/bundle-env.sh" || exit 127
+mnist_ddp_bundle_env || exit 127
+exec "\$MNIST_DDP_BUNDLE/$real" "\$@"
+W
+  chmod +x "$stage/$path"
+}
+for b in "${bins[@]}"; do wrapper "bin/$(basename "$b")" "libexec/$(basename "$b")"; done
+for n in mpirun mpiexec orterun; do wrapper "mpi/bin/$n" mpi/libexec/orterun; done
+wrapper mpi/bin/orted mpi/libexec/orted
+ln -s ../mpi/bin/mpirun "$stage/bin/mpirun"
+
+{
+  echo "mnist_ddp bundle: $(git describe --always --dirty 2>/dev/null || echo unknown), built $(date -u +%Y-%m-%dT%H:%MZ) on $(hostname)"
+  echo "binaries: ${bins[*]}"
+  echo "CUDA libraries needed (found on the target by bin/bundle-env.sh):"
+  readelf -d "$stage/libexec/mnist_ddp" | awk '/NEEDED/ && /cu|nccl/ {print "  " $NF}' | tr -d '[]'
+  echo "bundled libraries: $(ls "$stage/lib" | wc -l) (lib/), Open MPI $(orterun --version 2>/dev/null | head -1 | awk '{print $NF}')"
+} > "$stage/BUNDLE-INFO"
+
 rm -rf "$out"
 mkdir -p "$out/data"
 tar -C "$stage" -cJf "$out/bundle.tar.xz" .
 for f in data/dataset/*.gz; do cp -L "$f" "$out/data/"; done
 cp data/dataset/DATASET "$out/data/"
 du -sh "$out" "$out/bundle.tar.xz"
-echo "make-bundle: carry dist/ to the GPU machine and run tools/gpu-suite.sh there"
+echo "make-bundle: carry $out/ to the GPU machine and run tools/gpu-suite.sh there"

@@ -1,22 +1,37 @@
 # lib.sh — helpers for the end-to-end tests: each `ok`/`not_ok` line is one test case counted by
-# tests/run_tests.sh. Every launch runs under `timeout` (the 2-core machine can stall).
+# tests/run_tests.sh. Every launch runs under `timeout` (the 2-core machine can stall). No `bc`:
+# the GPU machine's image lacks it, so arithmetic on decimals goes through awk.
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 BIN="$REPO/mnist_ddp"
 source "$REPO/tests/mpi_env.sh"
-TMP="$(mktemp -d /tmp/mnist_ddp_e2e.XXXXXX)"
-trap 'rm -rf "$TMP"' EXIT
+# MNIST_DDP_E2E_KEEP=DIR keeps each script's outputs under DIR (tools/gpu-suite.sh archives
+# them); otherwise they live in a temporary directory removed at exit.
+if [[ -n "${MNIST_DDP_E2E_KEEP:-}" ]]; then
+  mkdir -p "$MNIST_DDP_E2E_KEEP"
+  TMP="$(mktemp -d "$MNIST_DDP_E2E_KEEP/$(basename "$0" .sh).XXXXXX")"
+else
+  TMP="$(mktemp -d /tmp/mnist_ddp_e2e.XXXXXX)"
+  trap 'rm -rf "$TMP"' EXIT
+fi
 
 pass() { echo "ok - $1"; }
 fail() { echo "not ok - $1"; shift; for l in "$@"; do echo "    $l"; done; }
+
+# elapsed T0: seconds since T0 (a `date +%s.%N` value), with 9 decimals as bc printed them.
+elapsed() { awk -v t0="$1" -v t1="$(date +%s.%N)" 'BEGIN { printf "%.9f\n", t1 - t0 }'; }
+# holds 'EXPR': true when the numeric comparison holds, e.g. holds "$SECS < 30" (awk syntax:
+# + - * / ^ < <= == >= > && ||). False, never an error, when a value is missing.
+holds() { awk "BEGIN { exit !($*) }" </dev/null 2>/dev/null; }
 
 # run NAME TIMEOUT CMD... : runs CMD, keeps stdout/stderr in $OUT/$ERR, exit code in $RC, seconds in $SECS
 run() {
   local name="$1" limit="$2"; shift 2
   OUT="$TMP/$name.out"; ERR="$TMP/$name.err"
-  local t0=$(date +%s.%N)
+  local t0
+  t0=$(date +%s.%N)
   timeout --kill-after=10 "$limit" "$@" >"$OUT" 2>"$ERR"
   RC=$?
-  SECS=$(echo "$(date +%s.%N) - $t0" | bc)
+  SECS=$(elapsed "$t0")
 }
 
 show() { echo "--- stdout"; tail -n 15 "$OUT"; echo "--- stderr"; tail -n 15 "$ERR"; }

@@ -294,6 +294,14 @@ TEST_F(GpuOps, TrainingStepsMatchCpuAndCheckpointMovesAcross) {
   }
   const std::vector<float> pa(a.params().begin(), a.params().end());
   expect_close("params after 3 steps", host(b.params().data(), pa.size()), pa, 1e-4, 1e-3);
+  // The BN running statistics each device computed itself (before anything is copied across), and
+  // the counters, agree too.
+  const std::vector<float> ba(a.buffers().begin(), a.buffers().end());
+  expect_close("BN buffers after 3 steps", host(b.buffers().data(), ba.size()), ba, 1e-5, 1e-4);
+  EXPECT_EQ(
+      std::vector<std::int64_t>(b.num_batches_tracked().begin(), b.num_batches_tracked().end()),
+      std::vector<std::int64_t>(a.num_batches_tracked().begin(), a.num_batches_tracked().end()));
+  EXPECT_EQ(a.num_batches_tracked()[0], 3);
   // A GPU-trained model's weights evaluated on CPU give the GPU's logits.
   ConvNet c(*cpu_, n);
   const auto pb = host(b.params().data(), pa.size());

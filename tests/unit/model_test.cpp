@@ -69,10 +69,17 @@ TEST(ConvNet, DefaultInitBoundsAndDeterminism) {
 
 // The whole network against PyTorch itself (tests/pytorch_oracle.py, float64): same weights,
 // batch and mode must give the same loss, logits, every parameter gradient and the updated BN
-// running statistics. Skips when Debian's python3-torch is not installed.
+// running statistics. Skips when that Python has no torch. The Python: $MNIST_DDP_PYTHON, else
+// Debian's /usr/bin/python3 (python3-torch); started without LD_LIBRARY_PATH, which the GPU
+// bundle's wrappers set for the project's binaries only.
+std::string oracle_python() {
+  const char* p = std::getenv("MNIST_DDP_PYTHON");
+  return std::string("env -u LD_LIBRARY_PATH ") + (p != nullptr && *p ? p : "/usr/bin/python3");
+}
+
 void check_against_pytorch(Mode mode, CpuKernels kernels) {
-  if (std::system("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1") != 0) {
-    GTEST_SKIP() << "python3-torch not installed (make deps installs it)";
+  if (std::system((oracle_python() + " -c 'import torch' >/dev/null 2>&1").c_str()) != 0) {
+    GTEST_SKIP() << oracle_python() << " has no torch (make deps installs python3-torch)";
   }
   auto ops = make_ops(Device::Cpu, kernels);
   const int n = 6;
@@ -95,7 +102,8 @@ void check_against_pytorch(Mode mode, CpuKernels kernels) {
     f.write(reinterpret_cast<const char*>(x.data()), x.size() * 4);
     f.write(reinterpret_cast<const char*>(y.data()), y.size() * 4);
   }
-  ASSERT_EQ(std::system(("/usr/bin/python3 tests/pytorch_oracle.py " + in + " " + out).c_str()), 0);
+  ASSERT_EQ(std::system((oracle_python() + " tests/pytorch_oracle.py " + in + " " + out).c_str()),
+            0);
   std::vector<double> ref(1 + n * 10 + m.params().size() + m.buffers().size());
   std::ifstream(out, std::ios::binary).read(reinterpret_cast<char*>(ref.data()), ref.size() * 8);
 
