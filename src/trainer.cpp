@@ -464,12 +464,19 @@ TrainResult Trainer::run() {
   const std::int64_t first_step = step_;
   auto last_progress = Clock::now();
   int stop = 0;
+  // Stops the training clock. Sync (GPU): the steps queued so far finish first (the loss read
+  // waits for them), so asynchronous device work is inside the time it is measured by.
+  Clock::time_point t0;
+  const auto stop_clock = [&] {
+    window_loss_ += ops_.take_loss_sum();
+    train_seconds += seconds_since(t0);
+  };
   while (epoch_ < cfg_.epochs && step_ < total_steps_) {
     sampler.set_epoch(epoch_);
     const std::vector<std::int64_t> order = sampler.indices();
     // Once per epoch: the backend keeps the order next to the data (no per-step upload).
     ops_.set_order(Ops::kTrain, order);
-    auto t0 = Clock::now();
+    t0 = Clock::now();
     while (offset_ < static_cast<std::int64_t>(order.size()) && step_ < total_steps_) {
       const auto b = static_cast<std::size_t>(offset_);
       const int n = static_cast<int>(std::min<std::size_t>(cfg_.batch_size, order.size() - b));
@@ -495,7 +502,7 @@ TrainResult Trainer::run() {
       // Collective, every step: a stop signal on any rank stops all of them here, together.
       stop = agree_stop_signal(comm_);
       if (stop != 0) {
-        train_seconds += seconds_since(t0);
+        stop_clock();
         log_.info(fmt::format("{} received: stopping at step {} with a checkpoint",
                               signal_name(stop), step_));
         // The requeue signal (Slurm: --signal=USR1@120) or SIGTERM (scancel, preemption, the time
@@ -505,12 +512,12 @@ TrainResult Trainer::run() {
         break;
       }
       if (cfg_.checkpoint_every > 0 && step_ % cfg_.checkpoint_every == 0) {
-        train_seconds += seconds_since(t0);
+        stop_clock();
         checkpoint("every");
         t0 = Clock::now();
       }
       if (cfg_.eval_every > 0 && step_ % cfg_.eval_every == 0) {
-        train_seconds += seconds_since(t0);
+        stop_clock();
         const EvalResult e = evaluate();
         log_.info(fmt::format("eval step {}: test loss {:.4f} top-1 {:.2f}% top-5 {:.2f}%", step_,
                               e.loss, 100 * e.top1, 100 * e.top5));
@@ -525,7 +532,7 @@ TrainResult Trainer::run() {
       }
     }
     if (stop != 0) break;
-    train_seconds += seconds_since(t0);
+    stop_clock();
     if (window_images_ > 0) log_window(epoch_, train_seconds);
     const bool epoch_done = offset_ >= static_cast<std::int64_t>(order.size());
     {
