@@ -65,6 +65,9 @@ GradientPath choose_gradient_path(const Config& cfg, Device device, const Comm& 
     p.why_no_graphs =
         "post-local SGD switches groups and averages parameters every period (a step's "
         "collectives differ from step to step or need the host)";
+  } else if (cfg.debug_collectives) {
+    p.why_no_graphs =
+        "--debug-collectives compares every collective across ranks on the host, each step";
   } else if (!data_comm.capturable()) {
     p.why_no_graphs =
         "the host-staged MPI all-reduce (--comm mpi with several ranks) runs on the host each "

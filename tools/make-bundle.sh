@@ -88,7 +88,7 @@ print("\n".join(seen))' 2>/dev/null); do
 # mnist_ddp_find_cuda: sets MNIST_DDP_CUDA_LIBS (directories holding the needed libraries, in
 # order) or returns 1 after naming what is missing on stderr.
 mnist_ddp_find_cuda() {
-  local cands=() dirs=() so d found missing=() sys
+  local cands=() dirs=() so d found missing=() sys=""
   if [[ -n "${MNIST_DDP_CUDA_LIBS:-}" ]]; then
     IFS=: read -r -a cands <<<"$MNIST_DDP_CUDA_LIBS"
   else

@@ -2,12 +2,20 @@
 // replay it; a capture that fails on any rank falls back to eager steps (step_graph.hpp).
 #include <cuda_runtime.h>
 
+#include <exception>
+#include <string>
+
 #include "capture.hpp"
 #include "mnist_ddp/check.hpp"
 #include "mnist_ddp/cuda_check.hpp"
 #include "mnist_ddp/step_graph.hpp"
 
 namespace mnist_ddp {
+namespace {
+// Marks a capture failure that is an error to report on every rank, not a call to retry eagerly.
+constexpr const char* kErrorTag = "error while capturing: ";
+}  // namespace
+
 StepGraphs::StepGraphs(void* stream, CaptureHooks hooks, bool inject_failure)
     : stream_(stream), hooks_(std::move(hooks)), inject_failure_(inject_failure) {
   MNIST_DDP_CHECK(stream != nullptr, "CUDA graphs need the ops' stream");
@@ -30,6 +38,7 @@ StepRun StepGraphs::run(int n, const std::function<void()>& body) {
   }
   hooks_.save();
   std::string failure;
+  std::exception_ptr error;  // an error that is not a failed library call: reported, not retried
   cudaGraphExec_t exec = nullptr;
   try {
     // Failed checks throw here (CheckFailure) instead of aborting: the step can still run eagerly.
@@ -50,19 +59,23 @@ StepRun StepGraphs::run(int n, const std::function<void()>& body) {
     failure = e.what();
     abandon_capture(stream);
     exec = nullptr;
-  } catch (...) {
-    // Not a failed library call (e.g. a UserError from --debug-collectives): end the capture so
-    // the stream is usable and the error is reported as it is.
+  } catch (const std::exception& e) {
+    // Not a failed library call (a UserError, say): end the capture so the stream is usable, and
+    // still take part in the agreement below, so the other ranks are not left waiting in it.
     abandon_capture(stream);
-    throw;
+    failure = std::string(kErrorTag) + e.what();
+    error = std::current_exception();
   }
   // Collective (host): every rank learns whether every rank captured this batch size.
   const std::string verdict = hooks_.agree(failure);
   if (!verdict.empty()) {
     if (exec != nullptr) cudaGraphExecDestroy(exec);
+    hooks_.restore();
+    if (error) std::rethrow_exception(error);
+    // Another rank hit an error (not a failed call) while capturing: every rank stops with it.
+    if (verdict.find(kErrorTag) != std::string::npos) throw UserError("CUDA graphs: " + verdict);
     eager_only_.insert(n);
     last_failure_ = verdict;
-    hooks_.restore();
     body();
     return StepRun::FellBack;
   }

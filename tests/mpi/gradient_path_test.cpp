@@ -61,6 +61,11 @@ TEST(GradientPath, TheDeviceReducerFollowsDeviceMemoryNotCapturability) {
   EXPECT_FALSE(p.graphs);
   EXPECT_NE(p.why_no_graphs.find("post-local SGD"), std::string::npos) << p.why_no_graphs;
   cfg.local_sgd_start = -1;
+  cfg.debug_collectives = true;
+  p = choose_gradient_path(cfg, Device::Cuda, *alone);
+  EXPECT_FALSE(p.graphs);
+  EXPECT_NE(p.why_no_graphs.find("--debug-collectives"), std::string::npos) << p.why_no_graphs;
+  cfg.debug_collectives = false;
   cfg.cuda_graphs = false;
   p = choose_gradient_path(cfg, Device::Cuda, *alone);
   EXPECT_TRUE(p.device_reducer);
