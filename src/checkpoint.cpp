@@ -18,8 +18,10 @@
 #include <ctime>
 #include <filesystem>
 #include <functional>
+#include <initializer_list>
 
 #include "mnist_ddp/check.hpp"
+#include "mnist_ddp/dataset.hpp"
 
 namespace mnist_ddp {
 namespace {
@@ -95,6 +97,25 @@ void attr_str(hid_t obj, const char* name, const std::string& v) {
   HDF5_CHECK(H5Awrite(a.get(), type.get(), v.empty() ? " " : v.c_str()));
 }
 
+void attr_i64_array(hid_t obj, const char* name, std::initializer_list<std::int64_t> v) {
+  const hsize_t n = v.size();
+  H5Handle space(HDF5_CHECK(H5Screate_simple(1, &n, nullptr)), H5Sclose);
+  H5Handle a(
+      HDF5_CHECK(H5Acreate2(obj, name, H5T_STD_I64LE, space.get(), H5P_DEFAULT, H5P_DEFAULT)),
+      H5Aclose);
+  HDF5_CHECK(H5Awrite(a.get(), H5T_NATIVE_INT64, std::data(v)));
+}
+
+std::vector<std::int64_t> read_i64_array(hid_t obj, const char* name) {
+  H5Handle a(HDF5_CHECK(H5Aopen(obj, name, H5P_DEFAULT)), H5Aclose);
+  H5Handle space(HDF5_CHECK(H5Aget_space(a.get())), H5Sclose);
+  const hssize_t n = H5Sget_simple_extent_npoints(space.get());
+  if (n < 0 || n > 16) throw Hdf5Error(std::string("attribute ") + name + " has a bad size");
+  std::vector<std::int64_t> v(static_cast<std::size_t>(n));
+  HDF5_CHECK(H5Aread(a.get(), H5T_NATIVE_INT64, v.data()));
+  return v;
+}
+
 bool has_attr(hid_t obj, const char* name) {
   return H5Aexists(obj, name) > 0;
 }
@@ -126,6 +147,31 @@ std::string read_str(hid_t obj, const char* name) {
   HDF5_CHECK(H5Aread(a.get(), type.get(), v.data()));
   while (!v.empty() && (v.back() == '\0' || v.back() == ' ')) v.pop_back();
   return v;
+}
+
+// /data of a version-2 file (a file without it is damaged), validated.
+InputRecord read_input_record(hid_t f) {
+  if (H5Lexists(f, "data", H5P_DEFAULT) <= 0) {
+    throw UserError("no /data group (the input transform): the file is damaged");
+  }
+  H5Handle g(HDF5_CHECK(H5Gopen2(f, "data", H5P_DEFAULT)), H5Gclose);
+  InputRecord in;
+  in.recorded = true;
+  in.name = read_str(g.get(), "name");
+  in.mean = read_f64(g.get(), "mean");
+  in.std = read_f64(g.get(), "std");
+  in.labels_crc32 = static_cast<std::uint32_t>(read_u64(g.get(), "labels_crc32"));
+  in.train_count = read_i64(g.get(), "train_count");
+  in.transform = read_str(g.get(), "transform");
+  if (read_i64_array(g.get(), "image_shape") !=
+      std::vector<std::int64_t>{1, kImageSide, kImageSide}) {
+    throw UserError("/data image_shape is not (1, 28, 28): this model takes 28x28 images");
+  }
+  if (!(std::isfinite(in.mean) && std::isfinite(in.std) && in.std > 0)) {
+    throw UserError(
+        fmt::format("/data mean {} / std {} are not a usable normalisation", in.mean, in.std));
+  }
+  return in;
 }
 
 // A float32 dataset of the given PyTorch shape, chunked as one chunk so Fletcher32 applies.
@@ -219,8 +265,25 @@ std::uint32_t payload_crc(const TrainingState& s) {
     add(&s.loss_scale, sizeof s.loss_scale);
     add(&s.loss_scale_growth_tracker, sizeof s.loss_scale_growth_tracker);
   }
+  if (s.input.recorded) {
+    const double stats[] = {s.input.mean, s.input.std};
+    add(stats, sizeof stats);
+    const std::int64_t ints[] = {static_cast<std::int64_t>(s.input.labels_crc32),
+                                 s.input.train_count, 1, kImageSide, kImageSide};
+    add(ints, sizeof ints);
+    add(s.input.name.data(), s.input.name.size());
+    add(s.input.transform.data(), s.input.transform.size());
+  }
   return static_cast<std::uint32_t>(c);
 }
+
+}  // namespace
+
+std::uint32_t payload_crc32(const TrainingState& state) {
+  return payload_crc(state);
+}
+
+namespace {
 
 void fsync_path(const std::string& path, bool directory) {
   const int fd = ::open(path.c_str(), directory ? O_RDONLY | O_DIRECTORY : O_RDONLY);
@@ -312,6 +375,17 @@ void write_file(const std::string& tmp, const TrainingState& s, const Checkpoint
     H5Handle g(HDF5_CHECK(H5Gcreate2(f, "amp", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)), H5Gclose);
     attr_f64(g.get(), "loss_scale", s.loss_scale);
     attr_i64(g.get(), "growth_tracker", s.loss_scale_growth_tracker);
+  }
+  MNIST_DDP_CHECK(s.input.recorded, "a checkpoint records its input (/data)");
+  {
+    H5Handle g(HDF5_CHECK(H5Gcreate2(f, "data", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)), H5Gclose);
+    attr_str(g.get(), "name", s.input.name);
+    attr_f64(g.get(), "mean", s.input.mean);
+    attr_f64(g.get(), "std", s.input.std);
+    attr_u64(g.get(), "labels_crc32", s.input.labels_crc32);
+    attr_i64(g.get(), "train_count", s.input.train_count);
+    attr_i64_array(g.get(), "image_shape", {1, kImageSide, kImageSide});
+    attr_str(g.get(), "transform", s.input.transform);
   }
   attr_u64(f, "payload_crc32", payload_crc(s));
   HDF5_CHECK(H5Fflush(f, H5F_SCOPE_GLOBAL));
@@ -431,11 +505,11 @@ TrainingState load_checkpoint(const std::string& path, const CheckpointLayout& l
           fmt::format("not an mnist_ddp checkpoint (no format attribute '{}')", kCheckpointFormat));
     }
     const std::int64_t version = read_i64(f, "format_version");
-    if (version != kCheckpointVersion) {
+    if (version < kCheckpointOldestVersion || version > kCheckpointVersion) {
       throw UserError(
-          fmt::format("checkpoint format version {}, this mnist_ddp reads version {}; "
+          fmt::format("checkpoint format version {}, this mnist_ddp reads versions {} to {}; "
                       "use the mnist_ddp that wrote it",
-                      version, kCheckpointVersion));
+                      version, kCheckpointOldestVersion, kCheckpointVersion));
     }
     const std::string model = read_str(f, "model");
     if (model != kCheckpointModel) {
@@ -444,6 +518,12 @@ TrainingState load_checkpoint(const std::string& path, const CheckpointLayout& l
     }
     if (!has_attr(f, "complete") || read_i64(f, "complete") != 1) {
       throw UserError("incomplete: the writer stopped before finishing this file");
+    }
+    if (has_attr(f, "contents") && read_str(f, "contents") == "weights") {
+      throw UserError(
+          "holds a model's weights only (no optimizer, no position; e.g. from "
+          "tools/import_from_pytorch.py): train from it with --init-weights PATH, or evaluate it "
+          "with --eval-only --resume PATH");
     }
     TrainingState s;
     s.step = read_i64(f, "step");
@@ -521,6 +601,10 @@ TrainingState load_checkpoint(const std::string& path, const CheckpointLayout& l
             fmt::format("/amp loss_scale {} is not a positive finite number", s.loss_scale));
       }
     }
+    s.format_version = version;
+    if (version >= 2) {
+      s.input = read_input_record(f);  // required from version 2 on
+    }
     if (read_u64(f, "payload_crc32") != payload_crc(s)) {
       throw UserError("payload CRC32 mismatch: the file is corrupt");
     }
@@ -530,6 +614,146 @@ TrainingState load_checkpoint(const std::string& path, const CheckpointLayout& l
   } catch (const UserError& e) {
     throw UserError(fmt::format("checkpoint {}: {}", path, e.what()));
   }
+}
+
+namespace {
+
+// weights_crc32 of a weights-only file: every /model dataset's name and bytes, in name order,
+// then the /data record (what tools/import_from_pytorch.py computes with zlib.crc32).
+std::uint32_t weights_crc(const ModelWeights& w, const CheckpointLayout& layout) {
+  std::vector<std::pair<std::string, std::pair<const void*, std::size_t>>> items;
+  for (const auto& e : layout.params)
+    items.push_back({e.name, {w.params.data() + e.offset, e.numel * sizeof(float)}});
+  for (const auto& e : layout.buffers)
+    items.push_back({e.name, {w.buffers.data() + e.offset, e.numel * sizeof(float)}});
+  for (std::size_t i = 0; i < layout.num_batches_tracked.size(); ++i)
+    items.push_back(
+        {layout.num_batches_tracked[i], {w.num_batches_tracked.data() + i, sizeof(std::int64_t)}});
+  std::sort(items.begin(), items.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+  uLong c = crc32(0L, Z_NULL, 0);
+  auto add = [&c](const void* p, std::size_t n) {
+    c = crc32(c, static_cast<const Bytef*>(p), static_cast<uInt>(n));
+  };
+  for (const auto& [name, bytes] : items) {
+    add(name.data(), name.size());
+    add(bytes.first, bytes.second);
+  }
+  const double stats[] = {w.input.mean, w.input.std};
+  add(stats, sizeof stats);
+  const std::int64_t ints[] = {static_cast<std::int64_t>(w.input.labels_crc32),
+                               w.input.train_count};
+  add(ints, sizeof ints);
+  add(w.input.name.data(), w.input.name.size());
+  add(w.input.transform.data(), w.input.transform.size());
+  return static_cast<std::uint32_t>(c);
+}
+
+bool is_weights_only(const std::string& path) {
+  if (H5Fis_hdf5(path.c_str()) <= 0) {
+    H5Eclear2(H5E_DEFAULT);
+    return false;
+  }
+  const hid_t fid = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  if (fid < 0) {
+    H5Eclear2(H5E_DEFAULT);
+    return false;
+  }
+  H5Handle file(fid, H5Fclose);
+  try {
+    return has_attr(fid, "contents") && read_str(fid, "contents") == "weights";
+  } catch (const Hdf5Error&) {
+    return false;
+  }
+}
+
+}  // namespace
+
+ModelWeights load_model_weights(const std::string& path, const CheckpointLayout& layout) {
+  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+  std::error_code ec;
+  if (!fs::is_regular_file(path, ec) || !is_weights_only(path)) {
+    // A full checkpoint (or no file: load_checkpoint says so): everything it validates.
+    TrainingState s = load_checkpoint(path, layout);
+    ModelWeights w;
+    w.params = std::move(s.params);
+    w.buffers = std::move(s.buffers);
+    w.num_batches_tracked = std::move(s.num_batches_tracked);
+    w.input = s.input;
+    w.step = s.step;
+    return w;
+  }
+  try {
+    H5Handle file(HDF5_CHECK(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT)), H5Fclose);
+    const hid_t f = file.get();
+    if (!has_attr(f, "format") || read_str(f, "format") != kCheckpointFormat) {
+      throw UserError(
+          fmt::format("not an mnist_ddp checkpoint (no format attribute '{}')", kCheckpointFormat));
+    }
+    if (read_i64(f, "format_version") != kCheckpointVersion) {
+      throw UserError(fmt::format("weights-only file of format version {}, this mnist_ddp reads {}",
+                                  read_i64(f, "format_version"), kCheckpointVersion));
+    }
+    if (read_str(f, "model") != kCheckpointModel) {
+      throw UserError(fmt::format("weights of model '{}', this program trains '{}'",
+                                  read_str(f, "model"), kCheckpointModel));
+    }
+    if (!has_attr(f, "complete") || read_i64(f, "complete") != 1) {
+      throw UserError("incomplete: the writer stopped before finishing this file");
+    }
+    ModelWeights w;
+    w.weights_only = true;
+    w.params.resize(layout.params.back().offset + layout.params.back().numel);
+    w.buffers.resize(layout.buffers.back().offset + layout.buffers.back().numel);
+    {
+      H5Handle g(HDF5_CHECK(H5Gopen2(f, "model", H5P_DEFAULT)), H5Gclose);
+      for (const auto& e : layout.params)
+        read_f32(g.get(), e.name, e.shape, w.params.data() + e.offset, "/model");
+      for (const auto& e : layout.buffers)
+        read_f32(g.get(), e.name, e.shape, w.buffers.data() + e.offset, "/model");
+      for (const auto& k : layout.num_batches_tracked)
+        w.num_batches_tracked.push_back(read_i64_scalar(g.get(), k, "/model"));
+    }
+    w.input = read_input_record(f);
+    if (read_u64(f, "weights_crc32") != weights_crc(w, layout)) {
+      throw UserError("weights CRC32 mismatch: the file is corrupt");
+    }
+    return w;
+  } catch (const Hdf5Error& e) {
+    throw UserError(fmt::format("weights {}: unreadable: {}", path, e.what()));
+  } catch (const UserError& e) {
+    throw UserError(fmt::format("weights {}: {}", path, e.what()));
+  }
+}
+
+bool broadcast_model_weights(Comm& comm, std::optional<ModelWeights>& weights,
+                             const CheckpointLayout& layout) {
+  std::int64_t head[5] = {0, 0, 0, 0, 0};
+  if (comm.rank() == 0 && weights) {
+    head[0] = 1;
+    head[1] = weights->step;
+    head[2] = weights->input.recorded ? 1 : 0;
+    std::memcpy(&head[3], &weights->input.mean, sizeof(double));
+    std::memcpy(&head[4], &weights->input.std, sizeof(double));
+  }
+  // Collective: whether rank 0 has weights, their step and input transform (doubles as bits).
+  comm.broadcast(std::span<std::int64_t>(head, 5), 0);
+  if (head[0] == 0) return false;
+  if (comm.rank() != 0) {
+    weights.emplace();
+    weights->step = head[1];
+    weights->input.recorded = head[2] != 0;
+    std::memcpy(&weights->input.mean, &head[3], sizeof(double));
+    std::memcpy(&weights->input.std, &head[4], sizeof(double));
+    weights->params.resize(layout.params.back().offset + layout.params.back().numel);
+    weights->buffers.resize(layout.buffers.back().offset + layout.buffers.back().numel);
+    weights->num_batches_tracked.resize(layout.num_batches_tracked.size());
+  }
+  // Collective: rank 0 alone read the file; every rank gets exactly its model.
+  comm.broadcast(std::span<float>(weights->params), 0);
+  comm.broadcast(std::span<float>(weights->buffers), 0);
+  comm.broadcast(std::span<std::int64_t>(weights->num_batches_tracked), 0);
+  return true;
 }
 
 std::vector<std::string> list_checkpoints(const std::string& dir) {
@@ -611,6 +835,15 @@ bool broadcast_training_state(Comm& comm, std::optional<TrainingState>& state,
   state->hook_rng = meta[2];
   std::memcpy(&state->loss_scale, &meta[3], sizeof state->loss_scale);
   state->loss_scale_growth_tracker = meta[4];
+  // Collective: the input transform the model was trained with (doubles as bits), which every
+  // rank normalises its batches with from now on.
+  std::int64_t input[3] = {state->input.recorded ? 1 : 0, 0, 0};
+  std::memcpy(&input[1], &state->input.mean, sizeof(double));
+  std::memcpy(&input[2], &state->input.std, sizeof(double));
+  comm.broadcast(std::span<std::int64_t>(input, 3), 0);
+  state->input.recorded = input[0] != 0;
+  std::memcpy(&state->input.mean, &input[1], sizeof(double));
+  std::memcpy(&state->input.std, &input[2], sizeof(double));
   for (auto& arrays : state->rank_arrays) {
     std::int64_t count = static_cast<std::int64_t>(arrays.size());
     comm.broadcast(std::span<std::int64_t>(&count, 1), 0);

@@ -371,6 +371,13 @@ TrainingState Trainer::state() const {
   s.seed = cfg_.seed;
   s.config_json = config_json(cfg_);
   s.program_version = kVersion;
+  // What the model was trained on and exactly how its input was made (the floats gather uses).
+  s.input.recorded = true;
+  s.input.name = data_.name;
+  s.input.mean = data_.mean;
+  s.input.std = data_.std;
+  s.input.labels_crc32 = data_.crc32;
+  s.input.train_count = data_.train.count;
   auto& model = const_cast<ConvNet&>(model_);
   s.params.resize(model.params().size());
   s.buffers.resize(model.buffers().size());

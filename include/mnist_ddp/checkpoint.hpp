@@ -3,7 +3,7 @@
 // attribute is the last thing written), Fletcher32 on every array plus a CRC32 over the whole
 // payload, validated on load, newest-first resume with fallback, keep-last-K retention.
 //
-// Schema (format "mnist_ddp-checkpoint", version 1; documented with h5dump in the README):
+// Schema (format "mnist_ddp-checkpoint", version 2; documented with h5dump in the README):
 //   /                 attrs: format, format_version, model, step, epoch, sample_offset,
 //                     world_size, seed, program_version, config (JSON), created, payload_crc32,
 //                     complete (written last)
@@ -17,6 +17,10 @@
 //   /rank/<r>/<name>  float32 1-D per-rank state: PowerSGD's error feedback (powersgd_error_<b>)
 //                     and Q (powersgd_q_<b>) of bucket b; empty groups for the other hooks
 //   /amp              attrs: loss_scale, growth_tracker (only when trained with --amp fp16)
+//   /data             attrs: name, mean, std (float64: exactly what training normalised with),
+//                     labels_crc32, train_count, image_shape (1, 28, 28), transform (readable)
+//                     (version 2; version 1 files load without it, with a warning on resume)
+// The payload CRC32 covers every array, the scalars, the hook state, /amp and /data.
 #pragma once
 
 #include <cstdint>
@@ -30,7 +34,24 @@
 namespace mnist_ddp {
 
 inline constexpr const char* kCheckpointFormat = "mnist_ddp-checkpoint";
-inline constexpr std::int64_t kCheckpointVersion = 1;
+inline constexpr std::int64_t kCheckpointVersion = 2;
+// The oldest version this program still reads (1: no /data record).
+inline constexpr std::int64_t kCheckpointOldestVersion = 1;
+// How mnist_ddp turns a raw image into the model's input (recorded in /data transform).
+inline constexpr const char* kInputTransform =
+    "x = (pixel / 255 - mean) / std, NCHW float32 (pixel: uint8 in [0, 255], shape N x 1 x 28 x "
+    "28)";
+
+// What a model was trained on and how its input is made: enough to use the checkpoint alone.
+struct InputRecord {
+  bool recorded = false;  // false: a version-1 checkpoint (no /data)
+  std::string name;       // the dataset's name (DIR/DATASET), e.g. "fashion-mnist (...)"
+  double mean = 0;        // training pixels scaled to [0,1]: exactly the float training used
+  double std = 1;
+  std::uint32_t labels_crc32 = 0;  // of the training labels
+  std::int64_t train_count = 0;
+  std::string transform = kInputTransform;
+};
 inline constexpr const char* kCheckpointModel = "mnist-convnet-v1";
 
 struct TrainingState {
@@ -56,6 +77,21 @@ struct TrainingState {
   // --amp fp16's loss scaler (/amp); loss_scale 0: written without one.
   double loss_scale = 0;
   std::int64_t loss_scale_growth_tracker = 0;
+  std::int64_t format_version = kCheckpointVersion;  // of the file it was read from
+  InputRecord input;                                 // /data
+};
+
+// A model alone: what --init-weights starts from and --eval-only evaluates. From a full
+// checkpoint, or from a weights-only one (tools/import_from_pytorch.py: root attribute
+// contents = "weights", /model and /data only, weights_crc32 over every dataset's name and bytes
+// in name order and the /data record).
+struct ModelWeights {
+  std::vector<float> params;
+  std::vector<float> buffers;
+  std::vector<std::int64_t> num_batches_tracked;
+  InputRecord input;
+  std::int64_t step = 0;  // of the checkpoint it came from (0 for imported weights)
+  bool weights_only = false;
 };
 
 // The names and shapes of the model's tensors (from ConvNet) that the file must match.
@@ -82,6 +118,18 @@ std::string save_checkpoint(const std::string& dir, const TrainingState& state,
 // Reads and validates one file (format, version, model, completeness, every shape, Fletcher32
 // checksums, payload CRC32). UserError naming the file and the problem otherwise.
 TrainingState load_checkpoint(const std::string& path, const CheckpointLayout& layout);
+
+// The payload CRC32 a checkpoint of this state carries (its /data part only when
+// state.input.recorded: a version-1 file's CRC never covered one). For tests and tools.
+std::uint32_t payload_crc32(const TrainingState& state);
+
+// The model of a full or weights-only checkpoint, validated (shapes, Fletcher32, the file's CRC).
+// UserError naming the file and the problem otherwise.
+ModelWeights load_model_weights(const std::string& path, const CheckpointLayout& layout);
+
+// Collective: rank 0's weights (if any) to every rank. Returns whether there were some.
+bool broadcast_model_weights(Comm& comm, std::optional<ModelWeights>& weights,
+                             const CheckpointLayout& layout);
 
 // Complete-named checkpoints in dir, newest (highest step) first.
 std::vector<std::string> list_checkpoints(const std::string& dir);

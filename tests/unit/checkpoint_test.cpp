@@ -56,6 +56,12 @@ class CheckpointTest : public ::testing::Test {
     for (auto& v : s.buffers) v = r.uniform(0, 2);
     s.num_batches_tracked = {step, step + 1};
     s.optimizer_steps = step;
+    s.input.recorded = true;
+    s.input.name = "fixture (test)";
+    s.input.mean = 0.28604060411453247;  // a float's exact value, as training records it
+    s.input.std = 0.3530242443084717;
+    s.input.labels_crc32 = 0x2ed6b06aU;
+    s.input.train_count = 60000;
     s.lr_schedule = "cosine";
     s.base_lr = 0.1;
     s.last_lr = 0.05;
@@ -176,6 +182,64 @@ TEST_F(CheckpointTest, AmpLossScaleRoundTripsAndIsCoveredByTheCrc) {
   ASSERT_GE(f, 0);
   EXPECT_EQ(H5Lexists(f, "amp", H5P_DEFAULT), 0);
   H5Fclose(f);
+}
+
+// /data: the input record round-trips exactly, is covered by the payload CRC, is required from
+// version 2 on, and a version-1 file (no /data) still loads, saying it has none.
+TEST_F(CheckpointTest, InputRecordRoundTripsIsCoveredByTheCrcAndVersionOneStillLoads) {
+  const TrainingState s = state(12);
+  const std::string path = save_checkpoint(dir_.string(), s, layout_);
+  const TrainingState t = load_checkpoint(path, layout_);
+  EXPECT_TRUE(t.input.recorded);
+  EXPECT_EQ(t.format_version, kCheckpointVersion);
+  EXPECT_EQ(t.input.name, s.input.name);
+  EXPECT_EQ(t.input.mean, s.input.mean);  // bit-exact float64
+  EXPECT_EQ(t.input.std, s.input.std);
+  EXPECT_EQ(t.input.labels_crc32, s.input.labels_crc32);
+  EXPECT_EQ(t.input.train_count, 60000);
+  EXPECT_EQ(t.input.transform, kInputTransform);
+  // Another mean (a valid HDF5 edit) no longer matches the payload CRC.
+  const auto write_mean = [](const std::string& file, double v) {
+    const hid_t f = H5Fopen(file.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    ASSERT_GE(f, 0);
+    const hid_t g = H5Gopen2(f, "data", H5P_DEFAULT);
+    ASSERT_GE(g, 0);
+    const hid_t a = H5Aopen(g, "mean", H5P_DEFAULT);
+    ASSERT_GE(a, 0);
+    ASSERT_GE(H5Awrite(a, H5T_NATIVE_DOUBLE, &v), 0);
+    H5Aclose(a);
+    H5Gclose(g);
+    H5Fclose(f);
+  };
+  write_mean(path, 0.1307);
+  expect_error([&] { load_checkpoint(path, layout_); }, path, "CRC32");
+  // Version 2 without /data is damaged.
+  const std::string p2 = save_checkpoint(dir_.string(), state(13), layout_);
+  {
+    const hid_t f = H5Fopen(p2.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    ASSERT_GE(H5Ldelete(f, "data", H5P_DEFAULT), 0);
+    H5Fclose(f);
+  }
+  expect_error([&] { load_checkpoint(p2, layout_); }, p2, "no /data group");
+  // ... and the same file as version 1 (which never had /data, nor a CRC over it) loads.
+  {
+    TrainingState v1_state = state(13);
+    v1_state.input.recorded = false;
+    const std::uint64_t crc = payload_crc32(v1_state);
+    const hid_t f = H5Fopen(p2.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    const hid_t a = H5Aopen(f, "format_version", H5P_DEFAULT);
+    const std::int64_t v1 = 1;
+    ASSERT_GE(H5Awrite(a, H5T_NATIVE_INT64, &v1), 0);
+    H5Aclose(a);
+    const hid_t c = H5Aopen(f, "payload_crc32", H5P_DEFAULT);
+    ASSERT_GE(H5Awrite(c, H5T_NATIVE_UINT64, &crc), 0);
+    H5Aclose(c);
+    H5Fclose(f);
+  }
+  const TrainingState old = load_checkpoint(p2, layout_);
+  EXPECT_FALSE(old.input.recorded);
+  EXPECT_EQ(old.format_version, 1);
+  EXPECT_EQ(old.params, state(13).params);
 }
 
 TEST_F(CheckpointTest, RejectsIncompleteWrongVersionAndWrongModel) {
