@@ -185,6 +185,12 @@ void build(CLI::App& app, Config& c, EnumText& t) {
                "after a stop by the requeue signal or SIGTERM under Slurm, rank 0 runs "
                "`scontrol requeue $SLURM_JOB_ID` so the job comes back and resumes (--resume "
                "auto); the preemption checkpoint is rolling: one per job");
+  app.add_option("--init-weights", c.init_weights,
+                 "start training (step 0, fresh optimizer) from the model in this checkpoint: a "
+                 "full one, or weights only (tools/import_from_pytorch.py)");
+  app.add_flag("--eval-only", c.eval_only,
+               "evaluate the checkpoint given by --resume (PATH, or auto) on the test split, print "
+               "top-1/top-5/loss and exit; no training, nothing written but the log");
   app.add_flag("--print-env", c.print_env,
                "print how rank, local rank and node were derived, then exit");
   app.add_option("--progress", t.progress, "live progress line: auto (on a TTY) | on | off")
@@ -244,6 +250,20 @@ ParseOutcome parse_cli(int argc, char** argv, Config& cfg, bool print) {
              : text.comm == "mpi" ? CommChoice::Mpi
                                   : CommChoice::Auto;
   cfg.progress = progress.at(text.progress);
+  if (!cfg.init_weights.empty() && cfg.eval_only) {
+    throw UserError(
+        "--init-weights starts training from a model; to evaluate one, use --eval-only --resume "
+        "PATH");
+  }
+  if (!cfg.init_weights.empty() && cfg.resume != "none") {
+    throw UserError(
+        "--init-weights starts a new run from a model, --resume continues a run: use one of them");
+  }
+  if (cfg.eval_only && cfg.resume == "none") {
+    throw UserError(
+        "--eval-only evaluates a checkpoint: give it one with --resume PATH (or --resume auto to "
+        "take the newest in --checkpoint-dir)");
+  }
   if (cfg.nesterov && (cfg.momentum <= 0 || cfg.dampening != 0)) {
     throw UserError("--nesterov needs --momentum > 0 and --dampening 0 (as torch.optim.SGD)");
   }

@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -34,6 +35,39 @@
 
 namespace mnist_ddp {
 namespace {
+
+// What a checkpoint says about its input, against this run's data (rank 0): a version-1 file does
+// not record it; another training set (labels crc32) is worth a word before training on.
+void warn_about_input(const InputRecord& in, const std::string& path, const DataSplit& data,
+                      const std::function<void(const std::string&)>& warn) {
+  if (!in.recorded) {
+    warn(fmt::format(
+        "{} is a format-version-1 checkpoint: it does not record its input transform; this run "
+        "normalises with its data's own mean {:.4f} / std {:.4f}, and its checkpoints record them",
+        path, data.mean, data.std));
+  } else if (in.labels_crc32 != data.crc32 && in.train_count > 0) {
+    warn(fmt::format(
+        "{} was trained on '{}' (labels crc32 {:08x}, {} training images); this run reads '{}' "
+        "(labels crc32 {:08x}, {} training images) from {}: continuing on this run's data",
+        path, in.name, in.labels_crc32, in.train_count, data.name, data.crc32, data.train.count,
+        data.dir));
+  }
+}
+
+// Every rank: a model is fed exactly as it was trained, so a recorded transform replaces the
+// mean/std computed from this run's training set (they are equal on the same data).
+void use_recorded_input(const InputRecord& in, DataSplit& data, Logger& log) {
+  if (!in.recorded) return;
+  const auto mean = static_cast<float>(in.mean), std = static_cast<float>(in.std);
+  if (mean != data.mean || std != data.std) {
+    log.info(fmt::format(
+        "input: normalising as the model was trained, mean {:.4f} std {:.4f} (recorded in the "
+        "checkpoint; this data's own: mean {:.4f} std {:.4f})",
+        mean, std, data.mean, data.std));
+  }
+  data.mean = mean;
+  data.std = std;
+}
 
 // Everything with MPI inside lives in this scope, so it is gone before MPI_Finalize.
 int run(int argc, char** argv, int rank, int world, const MpiLocality& locality,
@@ -135,7 +169,7 @@ int run(int argc, char** argv, int rank, int world, const MpiLocality& locality,
   // Before any training: a checkpoint directory that cannot be written is an error now, not
   // after an hour of lost work.
   run_agreed(*comm, [&] {
-    if (rank == 0) prepare_checkpoint_dir(cfg.checkpoint_dir);
+    if (rank == 0 && !cfg.eval_only) prepare_checkpoint_dir(cfg.checkpoint_dir);
   });
   log->file(fmt::format("mnist_ddp {} world {} launcher {} nodes {}", kVersion, world, id.launcher,
                         id.num_nodes));
@@ -216,18 +250,47 @@ int run(int argc, char** argv, int rank, int world, const MpiLocality& locality,
   Trainer trainer(cfg, *comm, data_comm, *ops, model, data, *log, local_comm.get(),
                   thread_comm.get());
   const CheckpointLayout layout = checkpoint_layout(model);
+  const auto warn = [&](const std::string& w) {
+    std::fprintf(stderr, "mnist_ddp: warning: %s\n", w.c_str());
+    log->file("warning: " + w);
+  };
+  // --eval-only and --init-weights need a model (from a full or a weights-only checkpoint);
+  // --resume needs the whole training state. The same on every rank (flags).
+  const bool model_only = cfg.eval_only || !cfg.init_weights.empty();
   std::optional<TrainingState> resume;
+  std::optional<ModelWeights> weights;
   run_agreed(*comm, [&] {
-    if (rank != 0 || cfg.resume == "none") return;
+    if (rank != 0) return;
+    if (model_only) {
+      std::string path = cfg.eval_only ? cfg.resume : cfg.init_weights;
+      if (path == "auto") {
+        std::vector<std::string> warnings;
+        auto found = find_resume_checkpoint(cfg.checkpoint_dir, layout, &warnings);
+        for (const auto& w : warnings) warn(w);
+        if (!found) {
+          throw UserError(fmt::format(
+              "--eval-only --resume auto: no checkpoint in {} to evaluate; pass --checkpoint-dir "
+              "DIR or --resume PATH",
+              cfg.checkpoint_dir));
+        }
+        path = found->first;
+      }
+      weights = load_model_weights(path, layout);
+      log->info(fmt::format("{}: {} (the model of step {}{})",
+                            cfg.eval_only ? "eval-only" : "init-weights", path, weights->step,
+                            weights->weights_only ? ", weights only" : ""));
+      warn_about_input(weights->input, path, data, warn);
+      return;
+    }
+    if (cfg.resume == "none") return;
+    std::string from = cfg.resume;
     if (cfg.resume == "auto") {
       std::vector<std::string> warnings;
       auto found = find_resume_checkpoint(cfg.checkpoint_dir, layout, &warnings);
-      for (const auto& w : warnings) {
-        std::fprintf(stderr, "mnist_ddp: warning: %s\n", w.c_str());
-        log->file("warning: " + w);
-      }
+      for (const auto& w : warnings) warn(w);
       if (found) {
         log->info("resume: " + found->first);
+        from = found->first;
         resume = std::move(found->second);
       } else {
         log->info(fmt::format("resume: no checkpoint in {}, starting fresh", cfg.checkpoint_dir));
@@ -236,8 +299,23 @@ int run(int argc, char** argv, int rank, int world, const MpiLocality& locality,
       resume = load_checkpoint(cfg.resume, layout);
       log->info("resume: " + cfg.resume);
     }
+    if (resume) warn_about_input(resume->input, from, data, warn);
   });
-  if (broadcast_training_state(*comm, resume, layout)) {
+  if (model_only && broadcast_model_weights(*comm, weights, layout)) {
+    // Every rank: the model's weights, and the input transform it was trained with.
+    use_recorded_input(weights->input, data, *log);
+    ops->upload(weights->params.data(), model.params().data(),
+                weights->params.size() * sizeof(float));
+    ops->upload(weights->buffers.data(), model.buffers().data(),
+                weights->buffers.size() * sizeof(float));
+    std::copy(weights->num_batches_tracked.begin(), weights->num_batches_tracked.end(),
+              model.num_batches_tracked().begin());
+    if (!cfg.eval_only) {
+      log->info("init-weights: training starts at step 0 with a fresh optimizer from that model");
+    }
+  }
+  if (!model_only && broadcast_training_state(*comm, resume, layout)) {
+    use_recorded_input(resume->input, data, *log);
     if (resume->world_size != world) {
       log->info(
           fmt::format("resume: checkpoint written by {} ranks, now {}: model and optimizer "
@@ -249,6 +327,22 @@ int run(int argc, char** argv, int rank, int world, const MpiLocality& locality,
     trainer.resume_from(*resume);
     log->info(fmt::format("resume: step {}, epoch {}, sample {} of the epoch", resume->step,
                           resume->epoch + 1, resume->sample_offset));
+  }
+  if (cfg.eval_only) {
+    // Collectives (inside): the model every replica holds, evaluated on disjoint test shards.
+    const EvalResult e = trainer.evaluate();
+    log->info(fmt::format(
+        "eval-only: step {} checkpoint on {} ({} test images, {} rank(s)): test top-1 {:.2f}% "
+        "top-5 {:.2f}% loss {:.4f}",
+        weights->step, data.name, e.count, world, 100 * e.top1, 100 * e.top5, e.loss));
+    log->metrics({{"event", "eval_only"},
+                  {"step", weights->step},
+                  {"top1", e.top1},
+                  {"top5", e.top5},
+                  {"test_loss", e.loss},
+                  {"count", e.count},
+                  {"dataset", data.name}});
+    return kExitOk;
   }
   log->info(fmt::format(
       "training: {} epoch(s) x {} steps/epoch = {} steps{}, batch {} per rank "

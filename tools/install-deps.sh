@@ -18,6 +18,10 @@ PACKAGES=(
   lmod                                  # the modulefile test (modules/)
   python3-matplotlib                    # tools/plot_metrics
 )
+# --tests: OpenCV's dnn module, the ONNX runtime the export test runs the exported model with.
+if [[ "${1:-}" == --tests ]]; then
+  PACKAGES+=(python3-opencv)
+fi
 # --tests: the Slurm tests start their own munged/slurmctld/slurmd, which needs root, so as root
 # (CI) `make test` also brings the daemons' packages (MNIST_DDP_SLURM_TESTS=0 leaves them out);
 # `make run`/`make deps` never install Slurm.

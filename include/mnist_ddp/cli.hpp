@@ -62,6 +62,8 @@ struct Config {
   std::int64_t local_sgd_start = -1;  // post-local SGD from this step on; -1: off
   std::int64_t local_sgd_period = 4;  // global parameter average every this many steps
   bool print_env = false;
+  bool eval_only = false;           // --eval-only: evaluate the --resume checkpoint, no training
+  std::string init_weights;         // --init-weights PATH: a new run from that model (step 0)
   double collective_timeout = 300;  // seconds a collective may take before the job is aborted
   bool debug_collectives = false;   // fingerprint check across ranks before every collective
   int debug_hang_rank = -1;         // test seam: this rank stops before step 3 (forever)

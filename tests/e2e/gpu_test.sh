@@ -81,6 +81,16 @@ else
   fail "gpu_one_epoch rc=$RC top1=$top1 bar=$bar" "$(show)"
 fi
 
+# A GPU checkpoint is a complete model too: PyTorch, fed with the transform it records, evaluates
+# it to the GPU run's accuracy.
+gpu_ckpt=$(ls "$TMP"/g1/ckpt-*.h5 2>/dev/null | tail -n 1)
+pt=$("$PY" "$REPO/tools/export_to_pytorch.py" "$gpu_ckpt" --eval "$DATA" 2>&1 | grep -o '"top1": [0-9.]*' | grep -o '[0-9.]*$')
+if [[ -n "$pt" && -n "$top1" ]] && holds "(100 * $pt - $top1) ^ 2 <= 0.1 ^ 2"; then
+  pass "gpu_checkpoint_in_pytorch_with_its_recorded_transform (PyTorch $pt, GPU run ${top1}%)"
+else
+  fail "gpu_checkpoint_in_pytorch pt=$pt gpu=$top1 ($gpu_ckpt)"
+fi
+
 # --- worlds of one under mpirun: --comm mpi (used to segfault) and NCCL ----------------------------
 run gpu_comm_mpi1 120 mpirun -np 1 "$BIN" --device cuda --comm mpi --data "$DATA" --epochs 1 --max-steps 50 --progress off --log-dir "$TMP/gm1" --checkpoint-dir "$TMP/gm1"
 if [[ $RC -eq 0 ]] && grep -q "done: 50 steps" "$OUT" && grep -q "CUDA graphs: 1 captured" "$OUT"; then
@@ -125,6 +135,16 @@ if [[ -z "$why" ]]; then
   pass "checkpoint_gpu_to_cpu_to_gpu (resumed at 50 on the CPU, at 60 on the GPU; optimizer step_count 60 -> 70)"
 else
   fail "checkpoint_gpu_to_cpu_to_gpu:$why" "--- cpu run" "$(tail -n 12 "$cpu_out")" "--- back on the gpu" "$(show)"
+fi
+
+# --- --eval-only on the GPU of the CPU's step-60 checkpoint: the CPU's own evaluation (FP32) --------
+cpu_top1=$(grep -o "done: 60 steps, test top-1 [0-9.]*%" "$cpu_out" | grep -o "[0-9.]*%$" | tr -d %)
+run gpu_eval_only 120 "$BIN" --device cuda --tf32 off --data "$DATA" --eval-only --resume "$TMP/g4/ckpt-00000060.h5" --progress off --log-dir "$TMP/ge"
+gpu_top1=$(grep -o "^eval-only: .* test top-1 [0-9.]*%" "$OUT" | grep -o "[0-9.]*%$" | tr -d %)
+if [[ $RC -eq 0 && -n "$cpu_top1" && -n "$gpu_top1" ]] && holds "($gpu_top1 - $cpu_top1) ^ 2 <= 0.1 ^ 2"; then
+  pass "gpu_eval_only_of_a_cpu_checkpoint (GPU ${gpu_top1}%, CPU ${cpu_top1}%)"
+else
+  fail "gpu_eval_only rc=$RC gpu=$gpu_top1 cpu=$cpu_top1" "$(show)"
 fi
 
 # --- GPU -> GPU resume is bitwise the uninterrupted run (FP32, deterministic algorithms) ---------

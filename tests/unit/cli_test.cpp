@@ -110,6 +110,17 @@ TEST(Cli, RejectionsNameTheFlag) {
   EXPECT_NE(parse_error({"--epochs", "x"}).find("--epochs"), std::string::npos);
   EXPECT_NE(parse_error({"--nesterov", "--momentum", "0"}).find("--nesterov"), std::string::npos);
   EXPECT_NE(parse_error({"--bogus"}).find("--help"), std::string::npos);
+  // A model to evaluate or start from, and not two ways to begin at once.
+  EXPECT_NE(parse_error({"--eval-only"}).find("--eval-only evaluates a checkpoint"),
+            std::string::npos);
+  EXPECT_NE(parse_error({"--init-weights", "a.h5", "--resume", "auto"})
+                .find("--init-weights starts a new run"),
+            std::string::npos);
+  EXPECT_NE(parse_error({"--init-weights", "a.h5", "--eval-only", "--resume", "b.h5"})
+                .find("use --eval-only --resume PATH"),
+            std::string::npos);
+  EXPECT_TRUE(parse_ok({"--eval-only", "--resume", "auto"}).eval_only);
+  EXPECT_EQ(parse_ok({"--init-weights", "a.h5"}).init_weights, "a.h5");
 }
 
 TEST(Cli, ReadmeDocumentsEveryFlag) {
