@@ -283,6 +283,27 @@ std::uint32_t payload_crc32(const TrainingState& state) {
   return payload_crc(state);
 }
 
+std::string first_non_finite(const TrainingState& s, const CheckpointLayout& layout) {
+  const auto scan = [](const std::vector<float>& arena, const std::vector<ArenaEntry>& entries,
+                       const std::string& group) -> std::string {
+    for (const auto& e : entries) {
+      if (e.offset + e.numel > arena.size()) continue;
+      std::size_t bad = 0;
+      for (std::size_t i = 0; i < e.numel; ++i) bad += std::isfinite(arena[e.offset + i]) ? 0 : 1;
+      if (bad > 0) {
+        return fmt::format("{}/{} ({} of {} values non-finite)", group, e.name, bad, e.numel);
+      }
+    }
+    return "";
+  };
+  for (const auto& found :
+       {scan(s.params, layout.params, "/model"), scan(s.buffers, layout.buffers, "/model"),
+        scan(s.momentum, layout.params, "/optimizer/momentum_buffer")}) {
+    if (!found.empty()) return found;
+  }
+  return "";
+}
+
 namespace {
 
 void fsync_path(const std::string& path, bool directory) {
@@ -455,6 +476,13 @@ void prepare_checkpoint_dir(const std::string& dir) {
 std::string save_checkpoint(const std::string& dir, const TrainingState& s,
                             const CheckpointLayout& layout) {
   const std::string final_path = dir + "/" + checkpoint_name(s.step);
+  // A diverged model is never written: --keep would rotate the good checkpoints away.
+  if (const std::string bad = first_non_finite(s, layout); !bad.empty()) {
+    throw UserError(fmt::format("refusing to write {}: {} holds NaN or infinity: the model has "
+                                "diverged; nothing was written",
+                                final_path, bad),
+                    kExitTrainingDiverged);
+  }
   const std::string tmp =
       dir + "/." + checkpoint_name(s.step) + ".tmp-" + std::to_string(::getpid());
   H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
@@ -607,6 +635,9 @@ TrainingState load_checkpoint(const std::string& path, const CheckpointLayout& l
     }
     if (read_u64(f, "payload_crc32") != payload_crc(s)) {
       throw UserError("payload CRC32 mismatch: the file is corrupt");
+    }
+    if (const std::string bad = first_non_finite(s, layout); !bad.empty()) {
+      throw UserError(bad + " holds NaN or infinity: a diverged model, not resumable");
     }
     return s;
   } catch (const Hdf5Error& e) {

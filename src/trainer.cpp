@@ -285,6 +285,15 @@ void Trainer::log_window(std::int64_t epoch, double elapsed) {
   double w[2] = {window_loss_, static_cast<double>(window_images_)};
   comm_.allreduce(std::span<double>(w, 2), ReduceOp::Sum);
   const double loss = w[1] > 0 ? w[0] / w[1] : 0.0;
+  // Every rank holds the same global loss, so all stop here together. Under --amp fp16 an
+  // overflowing step is skipped by the scaler (its loss may be inf): parameters are checked when
+  // a checkpoint is written instead.
+  if (!std::isfinite(loss) && cfg_.amp != AmpMode::Fp16) {
+    throw UserError(fmt::format("training diverged at step {}: the mean loss of the last {} "
+                                "images is {} (lr {:g}); stopping without writing a checkpoint. {}",
+                                step_, w[1], loss, last_lr_, good_checkpoint_advice()),
+                    kExitTrainingDiverged);
+  }
   const double ips =
       elapsed > 0 ? static_cast<double>(step_) * cfg_.batch_size * comm_.size() / elapsed : 0;
   std::string line = fmt::format("epoch {} step {}/{} loss {:.4f} lr {:.5g} {:.0f} img/s comm {}",
@@ -320,6 +329,18 @@ void Trainer::log_window(std::int64_t epoch, double elapsed) {
   }
   window_loss_ = 0;
   window_images_ = 0;
+}
+
+std::string Trainer::good_checkpoint_advice() const {
+  if (last_checkpoint_.empty()) {
+    return fmt::format(
+        "This run wrote no checkpoint; those in {} are untouched: --resume the newest with a "
+        "lower --lr (or more --warmup-steps), or start again",
+        cfg_.checkpoint_dir);
+  }
+  return fmt::format(
+      "The last good checkpoint is {}: --resume it with a lower --lr (or more --warmup-steps)",
+      last_checkpoint_);
 }
 
 void Trainer::resume_from(const TrainingState& s) {
@@ -443,7 +464,14 @@ void Trainer::checkpoint(const char* why, bool preemption) {
     if (comm_.rank() != 0) return;
     TrainingState s = state();
     s.rank_arrays = std::move(hook_state);
-    path = save_checkpoint(cfg_.checkpoint_dir, s, layout_);
+    try {
+      path = save_checkpoint(cfg_.checkpoint_dir, s, layout_);
+    } catch (const UserError& e) {
+      if (e.exit_code() != kExitTrainingDiverged) throw;
+      throw UserError(fmt::format("training diverged by step {} (lr {:g}): {}. {}", step_, last_lr_,
+                                  e.what(), good_checkpoint_advice()),
+                      kExitTrainingDiverged);
+    }
     if (preemption) {
       const std::string replaced = roll_preemption_checkpoint(cfg_.checkpoint_dir, path);
       if (!replaced.empty()) log_.info("preemption checkpoint replaces " + replaced);

@@ -10,8 +10,9 @@ namespace mnist_ddp {
 
 // Exit codes users and scripts can rely on (documented in the README).
 inline constexpr int kExitOk = 0;
-inline constexpr int kExitUserError = 2;        // bad flag, bad data, launcher misconfiguration
-inline constexpr int kExitReplicaDiverged = 3;  // --check-replicas found differing parameters
+inline constexpr int kExitUserError = 2;         // bad flag, bad data, launcher misconfiguration
+inline constexpr int kExitReplicaDiverged = 3;   // --check-replicas found differing parameters
+inline constexpr int kExitTrainingDiverged = 5;  // a non-finite loss or parameter (no checkpoint)
 
 // A mistake the user can fix. The message names the file/flag and the fix. main() catches it,
 // the ranks agree that something failed, one rank prints it once, and every rank exits with

@@ -109,14 +109,21 @@ std::string checkpoint_name(std::int64_t step);
 // naming the directory and the fix otherwise. Also removes temporaries a crashed writer left.
 void prepare_checkpoint_dir(const std::string& dir);
 
-// Writes dir/ckpt-<step>.h5 atomically and returns its path. On any failure (full disk, I/O
+// The first model or optimizer tensor of the state holding a non-finite value, as
+// "/model/fc.weight (12 of 15680 values non-finite)", or "" when every value is finite.
+std::string first_non_finite(const TrainingState& state, const CheckpointLayout& layout);
+
+// Writes dir/ckpt-<step>.h5 atomically and returns its path. A state holding a non-finite value
+// is never written: UserError (exit code kExitTrainingDiverged) naming the tensor, nothing on
+// disk touched. On any failure (full disk, I/O
 // error) the temporary is removed, every existing checkpoint is untouched, and a UserError says
 // what happened.
 std::string save_checkpoint(const std::string& dir, const TrainingState& state,
                             const CheckpointLayout& layout);
 
 // Reads and validates one file (format, version, model, completeness, every shape, Fletcher32
-// checksums, payload CRC32). UserError naming the file and the problem otherwise.
+// checksums, payload CRC32, every value finite). UserError naming the file and the problem
+// (the tensor, for a non-finite value) otherwise.
 TrainingState load_checkpoint(const std::string& path, const CheckpointLayout& layout);
 
 // The payload CRC32 a checkpoint of this state carries (its /data part only when

@@ -86,6 +86,8 @@ class Trainer {
   // One training step of run(): the batch at offset_ through step_body, eager or as a graph.
   void train_step(int n);
   void log_window(std::int64_t epoch, double elapsed);
+  // What to do after a divergence: the last good checkpoint (rank 0 knows it), or start again.
+  std::string good_checkpoint_advice() const;
   // StepGraphs' hooks: the host-side step state saved before a capture and put back when the
   // capture failed on some rank (the step then runs eagerly), and the agreement on that.
   CaptureHooks capture_hooks();

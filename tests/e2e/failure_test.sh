@@ -33,3 +33,29 @@ if [[ $RC -eq 0 ]] && grep -q "^done: 20 steps" "$OUT"; then
 else
   fail "debug_collectives rc=$RC" "$(show)"
 fi
+
+# A run that diverges: 10 good steps with checkpoints every 2 (--keep 2), then resumed at a
+# learning rate that blows the weights up. It stops with exit 5 naming the step and the tensor,
+# and never writes a checkpoint holding NaN/inf (which --keep would have rotated the good ones
+# away for): the good ones are still there, finite, and evaluate.
+DV=(--device cpu --data "$DATA" --epochs 1 --progress off --log-every 2 --checkpoint-every 2 --keep 2 --log-dir "$TMP/dv" --checkpoint-dir "$TMP/dv")
+run diverge_good 300 mpirun -np 2 "$BIN" "${DV[@]}" --max-steps 10
+run diverge 300 mpirun -np 2 "$BIN" "${DV[@]}" --max-steps 40 --resume auto --lr 1e38
+left=$(ls "$TMP/dv"/ckpt-*.h5 2>/dev/null | xargs -n1 basename 2>/dev/null | tr '\n' ' ')
+finite=$(/usr/bin/python3 -c "
+import sys, h5py, numpy as np
+bad = [p + ':' + n for p in sys.argv[1:] for n, d in h5py.File(p, 'r')['model'].items()
+       if d.dtype.kind == 'f' and not np.isfinite(d[()]).all()]
+print('all finite' if not bad else 'NON-FINITE ' + ' '.join(bad))" "$TMP"/dv/ckpt-*.h5 2>&1)
+if [[ $RC -eq 5 ]] && [[ $(grep -c "mnist_ddp: error: training diverged by step 12 (lr 1e+38): refusing to write .*ckpt-00000012.h5: /model/.* values non-finite" "$ERR") == 1 ]] &&
+   [[ "$left" == "ckpt-00000008.h5 ckpt-00000010.h5 " && "$finite" == "all finite" ]]; then
+  run diverge_eval 120 "$BIN" --device cpu --data "$DATA" --eval-only --resume auto --checkpoint-dir "$TMP/dv" --progress off --log-dir "$TMP/dve"
+  if [[ $RC -eq 0 ]] && grep -q "^eval-only: step 10 " "$OUT"; then
+    pass "diverged_run_exits_5_and_writes_no_non_finite_checkpoint (left: $left)"
+  else
+    fail "diverged_run: the last good checkpoint does not evaluate rc=$RC" "$(show)"
+  fi
+else
+  fail "diverged_run rc=$RC ($finite; left: $left)" "$(show)"
+fi
+finish

@@ -242,6 +242,53 @@ TEST_F(CheckpointTest, InputRecordRoundTripsIsCoveredByTheCrcAndVersionOneStillL
   EXPECT_EQ(old.params, state(13).params);
 }
 
+// A diverged model is never written (nothing on disk changes) and never resumed: both name the
+// tensor, and the writer's refusal carries the divergence exit code.
+TEST_F(CheckpointTest, NonFiniteStateIsNeverWrittenAndRefusedOnLoad) {
+  const std::string good = save_checkpoint(dir_.string(), state(20), layout_);
+  TrainingState bad = state(21);
+  const ArenaEntry& fc_bias = layout_.params.back();
+  ASSERT_EQ(fc_bias.name, "fc.bias");
+  bad.params[fc_bias.offset + 3] = std::numeric_limits<float>::quiet_NaN();
+  try {
+    save_checkpoint(dir_.string(), bad, layout_);
+    ADD_FAILURE() << "a NaN parameter was written";
+  } catch (const UserError& e) {
+    EXPECT_EQ(e.exit_code(), kExitTrainingDiverged);
+    EXPECT_NE(std::string(e.what()).find("/model/fc.bias (1 of 10 values non-finite)"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(list_checkpoints(dir_.string()), std::vector<std::string>{good});
+  for (const auto& f : fs::directory_iterator(dir_))
+    EXPECT_EQ(f.path().string().find(".tmp-"), std::string::npos) << f.path();
+  TrainingState inf_momentum = state(22);
+  inf_momentum.momentum[0] = std::numeric_limits<float>::infinity();
+  expect_error([&] { save_checkpoint(dir_.string(), inf_momentum, layout_); },
+               "/optimizer/momentum_buffer/layer1.0.weight", "non-finite");
+  // A file holding NaN (written behind mnist_ddp's back, consistent CRC): refused by name.
+  {
+    std::vector<float> bias(
+        bad.params.begin() + static_cast<std::ptrdiff_t>(fc_bias.offset),
+        bad.params.begin() + static_cast<std::ptrdiff_t>(fc_bias.offset + fc_bias.numel));
+    TrainingState edited = state(20);
+    std::copy(bias.begin(), bias.end(),
+              edited.params.begin() + static_cast<std::ptrdiff_t>(fc_bias.offset));
+    const std::uint64_t crc = payload_crc32(edited);
+    const hid_t f = H5Fopen(good.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    ASSERT_GE(f, 0);
+    const hid_t d = H5Dopen2(f, "model/fc.bias", H5P_DEFAULT);
+    ASSERT_GE(d, 0);
+    ASSERT_GE(H5Dwrite(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, bias.data()), 0);
+    H5Dclose(d);
+    const hid_t c = H5Aopen(f, "payload_crc32", H5P_DEFAULT);
+    ASSERT_GE(H5Awrite(c, H5T_NATIVE_UINT64, &crc), 0);
+    H5Aclose(c);
+    H5Fclose(f);
+  }
+  expect_error([&] { load_checkpoint(good, layout_); }, good, "/model/fc.bias (1 of 10 values");
+}
+
 TEST_F(CheckpointTest, RejectsIncompleteWrongVersionAndWrongModel) {
   const std::string path = save_checkpoint(dir_.string(), state(5), layout_);
   {
