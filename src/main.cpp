@@ -54,6 +54,31 @@ void warn_about_input(const InputRecord& in, const std::string& path, const Data
   }
 }
 
+// Rank 0, on resume: the settings that shape the run (batch, seed, schedule, optimizer) that differ
+// from the checkpoint's stored configuration, in one warning naming each (they apply from here).
+void warn_about_changed_settings(const std::string& stored_json, const Config& cfg,
+                                 const std::function<void(const std::string&)>& warn) {
+  const nlohmann::json stored = nlohmann::json::parse(stored_json, nullptr, false);
+  if (stored.is_discarded() || !stored.is_object()) return;  // written by an older version
+  const nlohmann::json now = nlohmann::json::parse(config_json(cfg));
+  std::string changed;
+  int n = 0;
+  for (const char* key :
+       {"batch_size", "seed", "lr", "lr_schedule", "lr_step_size", "lr_gamma", "warmup_steps",
+        "min_lr", "momentum", "dampening", "weight_decay", "nesterov"}) {
+    if (!stored.contains(key) || stored[key] == now[key]) continue;
+    std::string flag = key;
+    std::replace(flag.begin(), flag.end(), '_', '-');
+    changed +=
+        fmt::format("{}--{} {} -> {}", n++ ? ", " : "", flag, stored[key].dump(), now[key].dump());
+  }
+  if (n > 0) {
+    warn(fmt::format(
+        "resume: {} setting(s) differ from the checkpoint's run and apply from this step on: {}", n,
+        changed));
+  }
+}
+
 // Every rank: a model is fed exactly as it was trained, so a recorded transform replaces the
 // mean/std computed from this run's training set (they are equal on the same data).
 void use_recorded_input(const InputRecord& in, DataSplit& data, Logger& log) {
@@ -299,7 +324,10 @@ int run(int argc, char** argv, int rank, int world, const MpiLocality& locality,
       resume = load_checkpoint(cfg.resume, layout);
       log->info("resume: " + cfg.resume);
     }
-    if (resume) warn_about_input(resume->input, from, data, warn);
+    if (resume) {
+      warn_about_input(resume->input, from, data, warn);
+      warn_about_changed_settings(resume->config_json, cfg, warn);
+    }
   });
   if (model_only && broadcast_model_weights(*comm, weights, layout)) {
     // Every rank: the model's weights, and the input transform it was trained with.
