@@ -38,7 +38,7 @@ shell() {
   local name; name=$(basename "$1" .sh)
   echo "== $name"
   bash "$1" >"$LOG/$name.log" 2>&1
-  local ok bad
+  local rc=$? ok bad
   ok=$(grep -c "^ok - " "$LOG/$name.log")
   bad=$(grep -c "^not ok - " "$LOG/$name.log")
   skip=$(grep -c "^skip - " "$LOG/$name.log")
@@ -46,6 +46,11 @@ shell() {
   sed 's/^/   /' "$LOG/$name.log"
   passed=$((passed + ok)); failed=$((failed + bad)); skipped=$((skipped + skip))
   if ((ok + bad + skip == 0)); then failed=$((failed + 1)); failures+=("$name ran nothing"); fi
+  # A script that died half way (killed, an error that ended bash) must not count as passed.
+  if [[ $rc -ne 0 ]] || ! grep -q "^end - $name$" "$LOG/$name.log"; then
+    failed=$((failed + 1))
+    failures+=("$name ended before its end (exit $rc, no 'end - $name' line)")
+  fi
   ((bad > 0)) && failures+=("$name: $bad failed")
 }
 

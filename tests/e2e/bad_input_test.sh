@@ -2,7 +2,7 @@
 # bad_input_test.sh — every bad input (data files, flags, device) under `mpirun -np 2` exits
 # non-zero within 30 s with exactly one clear message naming the file/flag.
 source "$(dirname "$0")/lib.sh"
-python3 "$REPO/data/make_fixtures.py" "$TMP/fx" || { fail "fixtures"; exit 0; }
+python3 "$REPO/data/make_fixtures.py" "$TMP/fx" || { fail "fixtures"; finish; }
 
 # expect_error NAME EXPECTED_SUBSTRING ARGS...: on the CPU (DEVICE=cuda|auto for the device cases),
 # so a GPU machine tests the same thing as this one.
@@ -76,3 +76,4 @@ expect_error unwritable_log_dir "--log-dir" --data "$TMP/fx/valid" --log-dir "$T
 # The fixture itself is fine: the same launch with the valid directory succeeds.
 run valid_fixture 120 mpirun -np 2 "$BIN" --device cpu --data "$TMP/fx/valid" --log-dir "$TMP/log" --checkpoint-dir "$TMP/ckpt" --progress off --batch-size 8 --eval-batch-size 8
 if [[ $RC -eq 0 ]] && grep -q "fixture (data/make_fixtures.py)" "$OUT"; then pass "valid_fixture_trains"; else fail "valid_fixture_trains rc=$RC" "$(show)"; fi
+finish

@@ -6,7 +6,7 @@ source "$(dirname "$0")/lib.sh"
 CB="$REPO/build/bench/comm_bench" OB="$REPO/build/bench/ops_bench"
 if [[ ! -x $CB || ! -x $OB ]]; then
   fail "bench binaries missing (make build/bench/ops_bench build/bench/comm_bench)"
-  exit 0
+  finish
 fi
 run comm_bench 300 mpirun -np 2 "$CB" --benchmark_filter='AllreduceMpi/(4096|1048576)|HookReduce' --benchmark_format=json --benchmark_out="$TMP/cb.json"
 counts=$(/usr/bin/python3 - "$TMP/cb.json" <<'PY' 2>&1
@@ -32,3 +32,4 @@ if [[ $RC -eq 0 ]] && [[ $(grep -c "BM_BnReluPool/" "$OUT") -ge 8 ]]; then
 else
   fail "ops_bench rc=$RC" "$(show)"
 fi
+finish

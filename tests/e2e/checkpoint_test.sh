@@ -92,7 +92,7 @@ for kind in truncated bitflip; do
   rm -rf "$TMP/F"; mkdir -p "$TMP/F"; cp "$TMP/A"/ckpt-*.h5 "$TMP/F/"
   bad="$TMP/F/ckpt-00000450.h5"
   if [[ $kind == truncated ]]; then
-    truncate -s 150000 "$bad"
+    truncate -s $(($(stat -c %s "$bad") / 2)) "$bad"  # half of it, whatever today's size
   else
     $PY - "$bad" <<'PY'
 import sys, h5py
@@ -147,8 +147,10 @@ fi
 
 # --- full disk: the previous checkpoint survives ------------------------------------------------
 mkdir -p "$TMP/full"
-if mount -t tmpfs -o size=450k tmpfs "$TMP/full" 2>/dev/null; then
-  MOUNTS+=("$TMP/full"); how="450 KiB tmpfs"
+# Room for one checkpoint and a half (sized from a real one): the second write runs out of space.
+full_kib=$(($(stat -c %s "$TMP/A/ckpt-00000450.h5") * 3 / 2 / 1024 + 1))
+if mount -t tmpfs -o "size=${full_kib}k" tmpfs "$TMP/full" 2>/dev/null; then
+  MOUNTS+=("$TMP/full"); how="${full_kib} KiB tmpfs (1.5 checkpoints)"
   train fulldisk "$TMP/full" --max-steps 200 --checkpoint-every 50 --log-dir "$TMP/full_log"
 else
   how="ENOSPC injection"
@@ -243,3 +245,4 @@ PY
     fail "readme_snippet_is_working_inference: '$got' vs mnist_ddp $ours" "$($PY "$TMP/snippet.py" 2>&1 | tail -3)"
   fi
 fi
+finish

@@ -21,11 +21,11 @@ if [[ $RC -ne 0 ]]; then
   [[ -n "$why" ]] || why=$(cat "$ERR" "$OUT" | grep -v '^\s*$' | tail -n 1 | cut -c1-220)
   if [[ $REQUIRE != 1 ]] && grep -q "no usable GPU\|built without CUDA" "$OUT" "$ERR"; then
     echo "skip - gpu end-to-end tests ($why)"
-    exit 0
+    finish
   fi
   if [[ $REQUIRE == 1 ]]; then why="$why [MNIST_DDP_REQUIRE_GPU=1: a GPU is required here]"; fi
   fail "gpu_probe: --device cuda --print-env exit $RC: $why" "$(show)"
-  exit 0
+  finish
 fi
 
 # h5py/numpy: every bitwise comparison below needs them (python3 on PATH, else Debian's); say so
@@ -258,3 +258,4 @@ if [[ $RC -eq 0 ]] && grep -q "done: 60 steps" "$OUT" && grep -q "CUDA graphs of
 else
   fail "gpu_local_sgd rc=$RC" "$(show)"
 fi
+finish

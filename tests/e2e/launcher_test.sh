@@ -30,3 +30,4 @@ if [[ $RC -eq 2 ]] && grep -q -- "--mpi=pmix" "$ERR" && [[ $(grep -c "mnist_ddp:
 else
   fail "srun_without_pmi_task0_explains rc=$RC" "$(show)"
 fi
+finish

@@ -15,6 +15,9 @@ else
 fi
 
 pass() { echo "ok - $1"; }
+# The last thing a test script does (also instead of an early `exit 0`): says it reached its end,
+# which tests/run_tests.sh requires, so a script that dies half way never counts as passed.
+finish() { echo "end - $(basename "$0" .sh)"; exit 0; }
 fail() { echo "not ok - $1"; shift; for l in "$@"; do echo "    $l"; done; }
 
 # elapsed T0: seconds since T0 (a `date +%s.%N` value), with 9 decimals as bc printed them.

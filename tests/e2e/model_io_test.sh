@@ -4,7 +4,7 @@
 # dataset warns naming both (the checkpoint's /data record against this run's data).
 source "$(dirname "$0")/lib.sh"
 DATA="$REPO/data/dataset"
-python3 "$REPO/data/make_fixtures.py" "$TMP/fx" || { fail "fixtures"; exit 0; }
+python3 "$REPO/data/make_fixtures.py" "$TMP/fx" || { fail "fixtures"; finish; }
 
 run train 300 mpirun -np 2 "$BIN" --device cpu --data "$DATA" --epochs 1 --max-steps 60 --progress off --log-dir "$TMP/t" --checkpoint-dir "$TMP/t"
 trained=$(grep -o "done: 60 steps, test top-1 [0-9.]*% top-5 [0-9.]*% loss [0-9.]*" "$OUT" | sed 's/done: 60 steps, //')
@@ -162,3 +162,4 @@ PYONNX
 else
   echo "skip - onnx export (python3-torch/python3-h5py/python3-opencv not installed)"
 fi
+finish

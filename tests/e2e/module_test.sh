@@ -7,7 +7,7 @@ source "$(dirname "$0")/lib.sh"
 LMOD_INIT=/usr/share/lmod/lmod/init/bash
 if [[ ! -f $LMOD_INIT ]]; then
   echo "skip - modulefile test (Debian's lmod is not installed: tools/install-deps.sh)"
-  exit 0
+  finish
 fi
 run module_load 120 env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME="$HOME" bash -c "
   set -euo pipefail
@@ -27,3 +27,4 @@ if [[ $RC -eq 0 ]] && grep -q "^which=$REPO/mnist_ddp$" "$OUT" && grep -q "root=
 else
   fail "lmod_module_load rc=$RC" "$(show)"
 fi
+finish

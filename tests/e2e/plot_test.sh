@@ -5,7 +5,7 @@
 source "$(dirname "$0")/lib.sh"
 if ! /usr/bin/python3 -c "import matplotlib" 2>/dev/null; then
   echo "skip - plot_metrics (python3-matplotlib not installed: make deps)"
-  exit 0
+  finish
 fi
 DATA="$REPO/data/dataset"
 run plot_run 300 mpirun -np 2 "$BIN" --device cpu --data "$DATA" --epochs 1 --max-steps 30 --log-every 10 --eval-every 15 --progress off --log-dir "$TMP/run" --checkpoint-dir "$TMP/ckpt"
@@ -33,3 +33,4 @@ if [[ $RC -ne 0 ]] && grep -q -- "--label given 1 times for 2 runs" "$ERR"; then
 else
   fail "plot_metrics_labels rc=$RC" "$(show)"
 fi
+finish

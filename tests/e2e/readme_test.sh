@@ -15,3 +15,4 @@ if [[ $RC -eq 0 ]] && grep -q "^# rank 1/2 " "$OUT" && grep -q "done: 30 steps" 
 else
   fail "make_run_trains_on_2_ranks rc=$RC" "$(show)"
 fi
+finish

@@ -73,3 +73,4 @@ if [[ $rc_synced -eq 0 ]] && [[ $RC -eq 3 ]] &&
 else
   fail "post_local_sgd synced_rc=$rc_synced between_rc=$RC" "$out_synced$(show)"
 fi
+finish

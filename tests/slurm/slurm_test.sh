@@ -10,12 +10,12 @@ source "$REPO/tests/slurm/cluster.sh"
 DATA="$REPO/data/dataset"
 if [[ $(id -u) -ne 0 ]]; then
   echo "skip - slurm tests (they start munged, slurmctld and slurmd: run as root)"
-  exit 0
+  finish
 fi
 for c in munged slurmctld slurmd sbatch salloc srun unshare runuser; do
   if ! command -v "$c" >/dev/null; then
     echo "skip - slurm tests ($c missing: tools/install-deps.sh installs Slurm when run as root)"
-    exit 0
+    finish
   fi
 done
 # The cluster's own scratch directory: traversable by the munge user (mktemp -d is 0700).
@@ -24,7 +24,7 @@ trap 'cluster_stop; rm -rf "$TMP" "$CL"' EXIT
 t0=$(date +%s.%N)
 if ! cluster_start "$CL"; then
   fail "cluster_start" "$(tail -n 5 "$CL"/log/*.log "$CL"/munge/munged.log 2>&1)"
-  exit 0
+  finish
 fi
 pass "local_cluster_up (munged, slurmctld, slurmd node1+node2 idle in $(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }') s)"
 cd "$REPO" || exit 1
@@ -189,3 +189,4 @@ else
   fail "srun_kill9 victim=$victim state=$STATE secs=$secs" "$(tail -n 12 "$OUT")"
 fi
 unset MNIST_DDP_CKPT MNIST_DDP_LOGS
+finish
