@@ -155,6 +155,7 @@ fi
 # 7. Failures under srun end the whole job within seconds (--kill-on-bad-exit, the watchdog):
 # a stuck rank (named by its peers' watchdog), a rank exiting with an error, a rank killed -9.
 F=(--data "$DATA" --epochs 3 --max-steps 200 --log-every 5 --progress off)
+export MAX_RESTARTS=0  # these end the job; the restart test below keeps the default
 t0=$(date +%s)
 export MNIST_DDP_CKPT="$TMP/f1" MNIST_DDP_LOGS="$TMP/f1-log"
 submit fail_hang slurm/train_cpu_2x4.sh "${F[@]}" --debug-hang-rank 5 --collective-timeout 3
@@ -178,15 +179,49 @@ export MNIST_DDP_CKPT="$TMP/f3" MNIST_DDP_LOGS="$TMP/f3-log"
 OUT="$TMP/fail_kill.out"
 id=$(sbatch --parsable -o "$OUT" slurm/train_cpu_2x4.sh "${F[@]}")
 for ((i = 0; i < 600; i++)); do grep -q "step 10/200" "$OUT" 2>/dev/null && break; sleep 0.2; done
-victim=$(ps -eo pid=,args= | grep "mnist_ddp .*$TMP/f3" | grep -v grep | awk '{print $1}' | sed -n 3p)
+# A rank, never srun: the process whose command is mnist_ddp (srun's own arguments match too).
+rank_pid() { ps -eo pid=,comm=,args= | awk -v m="$1" '$2 == "mnist_ddp" && index($0, m) { print $1 }' | sed -n "${2}p"; }
+victim=$(rank_pid "$TMP/f3" 3)
 t0=$(date +%s)
 kill -9 "$victim"
 STATE=$(job_wait "$id" 120)
 secs=$(($(date +%s) - t0))
-if [[ -n "$victim" && "$STATE" == FAILED ]] && ((secs < 30)); then
-  pass "srun_rank_killed_9_ends_the_job (${secs} s)"
+if [[ -n "$victim" && "$STATE" == FAILED ]] && ((secs < 30)) && grep -q "not restarting: a task was killed by signal 9" "$OUT"; then
+  pass "srun_rank_killed_9_ends_the_job (${secs} s, MAX_RESTARTS=0)"
 else
   fail "srun_kill9 victim=$victim state=$STATE secs=$secs" "$(tail -n 12 "$OUT")"
+fi
+unset MAX_RESTARTS
+
+# 8. Restart after a failure (torchrun --max-restarts): a rank killed -9 mid-run; the batch script
+# relaunches from the newest checkpoint in the same allocation, the job completes, and its final
+# model equals an uninterrupted run's bit for bit. Bad input (exit 2) is never retried.
+R=(--data "$DATA" --epochs 4 --max-steps 240 --checkpoint-every 20 --log-every 5 --progress off)
+export MNIST_DDP_CKPT="$TMP/r0" MNIST_DDP_LOGS="$TMP/r0-log"
+submit restart_ref slurm/train_cpu_2x4.sh "${R[@]}"
+ref_state=$STATE
+export MNIST_DDP_CKPT="$TMP/r1" MNIST_DDP_LOGS="$TMP/r1-log"
+OUT="$TMP/restart.out"
+id=$(sbatch --parsable -o "$OUT" slurm/train_cpu_2x4.sh "${R[@]}")
+for ((i = 0; i < 1200; i++)); do grep -q "step 50/240" "$OUT" 2>/dev/null && break; sleep 0.1; done
+victim=$(rank_pid "$TMP/r1" 2)
+kill -9 "$victim"
+STATE=$(job_wait "$id" 300)
+if [[ $ref_state == COMPLETED && -n "$victim" && "$STATE" == COMPLETED ]] &&
+   grep -q "mnist_ddp: restart 1/2 in job $id: a task was killed by signal 9" "$OUT" &&
+   grep -q "^resume: step [1-9][0-9]*, " "$OUT" && grep -q "done: 240 steps" "$OUT" &&
+   h5diff -q "$TMP/r0/ckpt-00000240.h5" "$TMP/r1/ckpt-00000240.h5" /model /model &&
+   h5diff -q "$TMP/r0/ckpt-00000240.h5" "$TMP/r1/ckpt-00000240.h5" /optimizer /optimizer; then
+  pass "rank_killed_9_restarted_from_checkpoint_equals_uninterrupted ($(grep -o '^resume: step [0-9]*' "$OUT" | tail -1); h5diff)"
+else
+  fail "restart ref=$ref_state state=$STATE victim=$victim" "$(grep -E 'restart|resume|done:|error' "$OUT" | head -12)"
+fi
+export MNIST_DDP_CKPT="$TMP/r2" MNIST_DDP_LOGS="$TMP/r2-log"
+submit restart_bad_input slurm/train_cpu_2x4.sh --data "$TMP/nowhere"
+if [[ "$STATE" == FAILED ]] && ! grep -q "restart" "$OUT" && grep -q "mnist_ddp: error: " "$OUT"; then
+  pass "bad_input_is_never_restarted"
+else
+  fail "restart_bad_input state=$STATE" "$(tail -n 8 "$OUT")"
 fi
 unset MNIST_DDP_CKPT MNIST_DDP_LOGS
 finish
