@@ -8,8 +8,13 @@
 namespace mnist_ddp {
 
 CollectiveWatchdog::CollectiveWatchdog(double timeout_s, int rank, std::string host,
-                                       std::function<void()> abort)
-    : timeout_s_(timeout_s), rank_(rank), host_(std::move(host)), abort_(std::move(abort)) {
+                                       std::function<void()> abort,
+                                       std::function<Clock::time_point()> clock)
+    : timeout_s_(timeout_s),
+      rank_(rank),
+      host_(std::move(host)),
+      abort_(std::move(abort)),
+      clock_(clock ? std::move(clock) : std::function<Clock::time_point()>(&Clock::now)) {
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -25,7 +30,7 @@ CollectiveWatchdog::~CollectiveWatchdog() {
 std::uint64_t CollectiveWatchdog::begin(std::string what) {
   std::lock_guard<std::mutex> lock(mu_);
   const std::uint64_t seq = next_++;
-  in_flight_.emplace(seq, InFlight{std::move(what), Clock::now()});
+  in_flight_.emplace(seq, InFlight{std::move(what), clock_()});
   return seq;
 }
 
@@ -59,7 +64,7 @@ void CollectiveWatchdog::loop() {
     if (stop_ || in_flight_.empty()) continue;
     // The oldest collective still in flight.
     const auto& [seq, op] = *in_flight_.begin();
-    const double waited = std::chrono::duration<double>(Clock::now() - op.since).count();
+    const double waited = std::chrono::duration<double>(clock_() - op.since).count();
     if (waited < timeout_s_) continue;
     const std::string msg = timeout_message(rank_, host_, seq, op.what, waited, last_completed_,
                                             last_completed_what_, timeout_s_);

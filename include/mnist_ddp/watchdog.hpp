@@ -21,8 +21,11 @@ inline constexpr int kExitCollectiveTimeout = 4;
 
 class CollectiveWatchdog {
  public:
-  // timeout_s > 0. abort: ends every rank of the job; must not return.
-  CollectiveWatchdog(double timeout_s, int rank, std::string host, std::function<void()> abort);
+  using Clock = std::chrono::steady_clock;
+  // timeout_s > 0. abort: ends every rank of the job; must not return. clock: where time comes
+  // from (default: the steady clock; tests pass their own, so no assertion depends on timing).
+  CollectiveWatchdog(double timeout_s, int rank, std::string host, std::function<void()> abort,
+                     std::function<Clock::time_point()> clock = {});
   ~CollectiveWatchdog();
   CollectiveWatchdog(const CollectiveWatchdog&) = delete;
   CollectiveWatchdog& operator=(const CollectiveWatchdog&) = delete;
@@ -38,7 +41,6 @@ class CollectiveWatchdog {
                                      double timeout_s);
 
  private:
-  using Clock = std::chrono::steady_clock;
   struct InFlight {
     std::string what;
     Clock::time_point since;
@@ -49,6 +51,7 @@ class CollectiveWatchdog {
   int rank_;
   std::string host_;
   std::function<void()> abort_;
+  std::function<Clock::time_point()> clock_;
   std::mutex mu_;
   std::condition_variable cv_;
   bool stop_ = false;

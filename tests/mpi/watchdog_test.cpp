@@ -50,15 +50,29 @@ TEST(DebugCollectives, FirstMismatchIsNamedOnEveryRank) {
   EXPECT_NE(what.find(want), std::string::npos) << what;
 }
 
+// Time comes from a clock the test moves, so nothing here depends on how fast a loaded 2-core
+// machine runs the watchdog's thread: "not yet" holds however long the test waits, and "fired
+// once" is waited for with a generous bound.
 TEST(Watchdog, ReportsACollectivePastItsTimeoutOnce) {
   std::atomic<int> aborts{0};
-  CollectiveWatchdog wd(0.3, 5, "nodeX", [&] { aborts++; });
+  std::atomic<std::int64_t> now_ms{0};
+  const auto clock = [&now_ms] {
+    return CollectiveWatchdog::Clock::time_point(std::chrono::milliseconds(now_ms.load()));
+  };
+  CollectiveWatchdog wd(
+      0.3, 5, "nodeX", [&] { aborts++; }, clock);
   const auto a = wd.begin("allreduce 10 x f32");
   wd.end(a);
   const auto b = wd.begin("broadcast 96 x f32");  // never completes
-  std::this_thread::sleep_for(std::chrono::milliseconds(150));
+  now_ms = 290;  // just short of the timeout: several of the watchdog's checks pass meanwhile
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));
   EXPECT_EQ(aborts.load(), 0) << "fired before the timeout";
-  std::this_thread::sleep_for(std::chrono::milliseconds(600));
+  now_ms = 410;
+  for (int i = 0; i < 200 && aborts.load() == 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_EQ(aborts.load(), 1);
+  now_ms = 5000;  // long past it: still reported once
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
   EXPECT_EQ(aborts.load(), 1);
   EXPECT_EQ(b, a + 1);
   const std::string m = CollectiveWatchdog::timeout_message(5, "nodeX", 2, "broadcast 96 x f32",
