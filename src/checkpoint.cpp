@@ -265,6 +265,27 @@ std::uint32_t payload_crc(const TrainingState& s) {
     add(&s.loss_scale, sizeof s.loss_scale);
     add(&s.loss_scale_growth_tracker, sizeof s.loss_scale_growth_tracker);
   }
+  if (s.format_version >= 2) {
+    // Version 2 covers every value the loader reads (a changed byte anywhere either fails a
+    // check or this sum): seed, configuration, versions, optimizer settings, hook and scaler
+    // state, each string with its length.
+    const auto add_str = [&add](const std::string& v) {
+      const std::uint64_t n = v.size();
+      add(&n, sizeof n);
+      add(v.data(), v.size());
+    };
+    add(&s.seed, sizeof s.seed);
+    add_str(s.config_json);
+    add_str(s.program_version);
+    add_str(s.lr_schedule);
+    const double opt[] = {s.base_lr,   s.last_lr,      s.momentum_factor,
+                          s.dampening, s.weight_decay, s.loss_scale};
+    add(opt, sizeof opt);
+    const std::int64_t ints[] = {s.nesterov ? 1 : 0, s.hook_iter, s.hook_rng,
+                                 static_cast<std::int64_t>(s.rank_arrays.size()),
+                                 s.loss_scale_growth_tracker};
+    add(ints, sizeof ints);
+  }
   if (s.input.recorded) {
     const double stats[] = {s.input.mean, s.input.std};
     add(stats, sizeof stats);
@@ -392,7 +413,9 @@ void write_file(const std::string& tmp, const TrainingState& s, const Checkpoint
         write_f32(rg.get(), name, {static_cast<int>(data.size())}, data.data());
     }
   }
-  if (s.loss_scale > 0) {
+  {
+    // Always (version 2): loss_scale 0 says "trained without --amp fp16", so a missing group is
+    // damage, never a silent default.
     H5Handle g(HDF5_CHECK(H5Gcreate2(f, "amp", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)), H5Gclose);
     attr_f64(g.get(), "loss_scale", s.loss_scale);
     attr_i64(g.get(), "growth_tracker", s.loss_scale_growth_tracker);
@@ -590,9 +613,12 @@ TrainingState load_checkpoint(const std::string& path, const CheckpointLayout& l
         read_f32(m.get(), e.name, e.shape, s.momentum.data() + e.offset,
                  "/optimizer/momentum_buffer");
     }
-    if (H5Lexists(f, "rank", H5P_DEFAULT) > 0) {
+    // Version 2 requires every member it expects (a renamed or lost one is damage, not a
+    // default); version 1 files had optional ones.
+    const bool strict = version >= 2;
+    if (strict || H5Lexists(f, "rank", H5P_DEFAULT) > 0) {
       H5Handle g(HDF5_CHECK(H5Gopen2(f, "rank", H5P_DEFAULT)), H5Gclose);
-      if (has_attr(g.get(), "hook_iter")) {
+      if (strict || has_attr(g.get(), "hook_iter")) {
         s.hook_iter = read_i64(g.get(), "hook_iter");
         s.hook_rng = read_i64(g.get(), "hook_rng");
       }
@@ -601,7 +627,10 @@ TrainingState load_checkpoint(const std::string& path, const CheckpointLayout& l
       for (std::int64_t r = 0; r < s.world_size; ++r) {
         ranks.emplace_back();
         const std::string rn = std::to_string(r);
-        if (H5Lexists(g.get(), rn.c_str(), H5P_DEFAULT) <= 0) continue;
+        if (H5Lexists(g.get(), rn.c_str(), H5P_DEFAULT) <= 0) {
+          if (strict) throw UserError(fmt::format("/rank/{} is missing: the file is damaged", rn));
+          continue;
+        }
         H5Handle rg(HDF5_CHECK(H5Gopen2(g.get(), rn.c_str(), H5P_DEFAULT)), H5Gclose);
         H5G_info_t info{};
         HDF5_CHECK(H5Gget_info(rg.get(), &info));
@@ -620,11 +649,12 @@ TrainingState load_checkpoint(const std::string& path, const CheckpointLayout& l
       }
       if (any) s.rank_arrays = std::move(ranks);
     }
-    if (H5Lexists(f, "amp", H5P_DEFAULT) > 0) {
+    if (strict || H5Lexists(f, "amp", H5P_DEFAULT) > 0) {
       H5Handle g(HDF5_CHECK(H5Gopen2(f, "amp", H5P_DEFAULT)), H5Gclose);
       s.loss_scale = read_f64(g.get(), "loss_scale");
       s.loss_scale_growth_tracker = read_i64(g.get(), "growth_tracker");
-      if (!(std::isfinite(s.loss_scale) && s.loss_scale > 0)) {
+      // 0: trained without a scaler (version 2 always writes the group).
+      if (!(std::isfinite(s.loss_scale) && (s.loss_scale > 0 || (strict && s.loss_scale == 0)))) {
         throw UserError(
             fmt::format("/amp loss_scale {} is not a positive finite number", s.loss_scale));
       }

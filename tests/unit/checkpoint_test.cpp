@@ -1,9 +1,14 @@
 // checkpoint_test.cpp — HDF5 checkpoints: round trip of every dataset and attribute, and the
 // validation that rejects truncated, bit-flipped, incomplete, wrong-version and wrong-model files;
 // resume fallback to the previous file; retention; the writable-directory check.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
+
 #include <hdf5.h>
+#include <sys/wait.h>
 #include <unistd.h>
+#include <cstring>
+#include <iterator>
 
 #include <filesystem>
 #include <fstream>
@@ -175,13 +180,16 @@ TEST_F(CheckpointTest, AmpLossScaleRoundTripsAndIsCoveredByTheCrc) {
   bad.loss_scale = std::numeric_limits<double>::infinity();
   const std::string inf_path = save_checkpoint(dir_.string(), bad, layout_);
   expect_error([&] { load_checkpoint(inf_path, layout_); }, inf_path, "/amp loss_scale");
-  // Trained without --amp fp16: no /amp group, and a load reports no scale.
+  // Trained without --amp fp16: /amp says so (loss_scale 0), and a load reports no scale; the
+  // group is required, so losing it is damage, not "no scaler".
   const std::string plain = save_checkpoint(dir_.string(), state(10), layout_);
   EXPECT_EQ(load_checkpoint(plain, layout_).loss_scale, 0.0);
-  const hid_t f = H5Fopen(plain.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  const hid_t f = H5Fopen(plain.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
   ASSERT_GE(f, 0);
-  EXPECT_EQ(H5Lexists(f, "amp", H5P_DEFAULT), 0);
+  EXPECT_GT(H5Lexists(f, "amp", H5P_DEFAULT), 0);
+  ASSERT_GE(H5Ldelete(f, "amp", H5P_DEFAULT), 0);
   H5Fclose(f);
+  expect_error([&] { load_checkpoint(plain, layout_); }, plain, "amp");
 }
 
 // /data: the input record round-trips exactly, is covered by the payload CRC, is required from
@@ -225,8 +233,10 @@ TEST_F(CheckpointTest, InputRecordRoundTripsIsCoveredByTheCrcAndVersionOneStillL
   {
     TrainingState v1_state = state(13);
     v1_state.input.recorded = false;
+    v1_state.format_version = 1;  // version 1's CRC: arrays and position only
     const std::uint64_t crc = payload_crc32(v1_state);
     const hid_t f = H5Fopen(p2.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    ASSERT_GE(H5Ldelete(f, "amp", H5P_DEFAULT), 0);  // version 1 wrote it only with a scaler
     const hid_t a = H5Aopen(f, "format_version", H5P_DEFAULT);
     const std::int64_t v1 = 1;
     ASSERT_GE(H5Awrite(a, H5T_NATIVE_INT64, &v1), 0);
@@ -287,6 +297,117 @@ TEST_F(CheckpointTest, NonFiniteStateIsNeverWrittenAndRefusedOnLoad) {
     H5Fclose(f);
   }
   expect_error([&] { load_checkpoint(good, layout_); }, good, "/model/fc.bias (1 of 10 values");
+}
+
+// Every value a load returns, compared exactly (floats by their bits).
+bool same_state(const TrainingState& a, const TrainingState& b) {
+  const auto bits = [](const auto& x, const auto& y) {
+    return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * sizeof x[0]) == 0;
+  };
+  const auto d = [](double x, double y) { return std::memcmp(&x, &y, sizeof x) == 0; };
+  if (a.rank_arrays.size() != b.rank_arrays.size()) return false;
+  for (std::size_t r = 0; r < a.rank_arrays.size(); ++r) {
+    if (a.rank_arrays[r].size() != b.rank_arrays[r].size()) return false;
+    for (std::size_t i = 0; i < a.rank_arrays[r].size(); ++i) {
+      if (a.rank_arrays[r][i].first != b.rank_arrays[r][i].first ||
+          !bits(a.rank_arrays[r][i].second, b.rank_arrays[r][i].second))
+        return false;
+    }
+  }
+  return a.step == b.step && a.epoch == b.epoch && a.sample_offset == b.sample_offset &&
+         a.world_size == b.world_size && a.seed == b.seed && a.config_json == b.config_json &&
+         a.program_version == b.program_version && bits(a.params, b.params) &&
+         bits(a.buffers, b.buffers) && a.num_batches_tracked == b.num_batches_tracked &&
+         bits(a.momentum, b.momentum) && a.optimizer_steps == b.optimizer_steps &&
+         a.lr_schedule == b.lr_schedule && d(a.base_lr, b.base_lr) && d(a.last_lr, b.last_lr) &&
+         d(a.momentum_factor, b.momentum_factor) && d(a.dampening, b.dampening) &&
+         d(a.weight_decay, b.weight_decay) && a.nesterov == b.nesterov &&
+         a.hook_iter == b.hook_iter && a.hook_rng == b.hook_rng && d(a.loss_scale, b.loss_scale) &&
+         a.loss_scale_growth_tracker == b.loss_scale_growth_tracker &&
+         a.format_version == b.format_version && a.input.recorded == b.input.recorded &&
+         a.input.name == b.input.name && d(a.input.mean, b.input.mean) &&
+         d(a.input.std, b.input.std) && a.input.labels_crc32 == b.input.labels_crc32 &&
+         a.input.train_count == b.input.train_count && a.input.transform == b.input.transform;
+}
+
+// A damaged byte anywhere (as a disk would do it): every byte of the first 1.5 KiB and of the
+// last 0.5 KiB (superblock, object headers, attributes, HDF5's metadata) and 1,000 positions spread
+// over the rest of a real checkpoint with every optional part present, each flipped alone. Each
+// copy must either load to exactly the original state or be refused with an error naming the file:
+// never a different state, a crash or a hang (each load runs in its own child process).
+TEST_F(CheckpointTest, EveryFlippedByteLoadsExactlyOrIsRefusedByName) {
+  TrainingState s = state(30);
+  s.world_size = 2;
+  s.rank_arrays = {{{"powersgd_error_0", {1.f, 2.f, 3.f}}, {"powersgd_q_0", {0.5f}}},
+                   {{"powersgd_error_0", {4.f, 5.f, 6.f}}, {"powersgd_q_0", {0.25f}}}};
+  s.hook_iter = 7;
+  s.hook_rng = 99;
+  s.loss_scale = 1024;
+  s.loss_scale_growth_tracker = 5;
+  const std::string path = save_checkpoint(dir_.string(), s, layout_);
+  const TrainingState original = load_checkpoint(path, layout_);
+  ASSERT_TRUE(same_state(original, load_checkpoint(path, layout_)));
+  std::vector<char> bytes;
+  {
+    std::ifstream in(path, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  const std::size_t n = bytes.size();
+  ASSERT_GT(n, 4096u);
+  std::vector<std::size_t> positions;
+  for (std::size_t i = 0; i < 1536; ++i) positions.push_back(i);
+  for (std::size_t i = n - 512; i < n; ++i) positions.push_back(i);
+  for (std::size_t k = 0; k < 1000; ++k) positions.push_back(1536 + k * (n - 2048) / 1000);
+  const std::string copy = (dir_ / "flipped.h5").string();
+  { std::ofstream(copy, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(n)); }
+  int exact = 0, refused = 0;
+  std::vector<std::string> bad;
+  for (const std::size_t at : positions) {
+    const char flipped = static_cast<char>(bytes[at] ^ 0xFF);
+    {
+      std::fstream f(copy, std::ios::binary | std::ios::in | std::ios::out);
+      f.seekp(static_cast<std::streamoff>(at));
+      f.write(&flipped, 1);
+    }
+    const pid_t pid = fork();
+    if (pid == 0) {
+      alarm(20);  // a hang ends the child (SIGALRM): reported below
+      int code = 0;
+      try {
+        code = same_state(load_checkpoint(copy, layout_), original) ? 0 : 3;
+      } catch (const UserError& e) {
+        code = std::string(e.what()).find(copy) != std::string::npos ? 1 : 4;
+      } catch (...) {
+        code = 5;
+      }
+      _exit(code);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
+      ++exact;
+    } else if (WIFEXITED(status) && WEXITSTATUS(status) == 1) {
+      ++refused;
+    } else if (bad.size() < 20) {
+      bad.push_back(fmt::format("byte {}: {}", at,
+                                WIFEXITED(status) ? fmt::format("exit {}", WEXITSTATUS(status))
+                                                  : fmt::format("signal {}", WTERMSIG(status))));
+    }
+    std::fstream f(copy, std::ios::binary | std::ios::in | std::ios::out);
+    f.seekp(static_cast<std::streamoff>(at));
+    f.write(&bytes[at], 1);
+  }
+  std::printf(
+      "bit-flip sweep: %zu positions of %zu bytes: %d load exactly, %d refused naming the "
+      "file, %zu otherwise\n",
+      positions.size(), n, exact, refused, positions.size() - exact - refused);
+  EXPECT_GE(positions.size(), 2000u);
+  std::string first;
+  for (const auto& b : bad) first += b + "; ";
+  EXPECT_EQ(static_cast<std::size_t>(exact + refused), positions.size())
+      << "exit 3: a different state loaded; 4: an error without the file; 5: another exception; "
+         "signal: a crash or hang. First: "
+      << first;
 }
 
 TEST_F(CheckpointTest, RejectsIncompleteWrongVersionAndWrongModel) {
