@@ -65,6 +65,9 @@ SPDLOG_LIBS := $(shell pkg-config --libs spdlog 2>/dev/null || echo -lspdlog -lf
 ARCH_FLAGS ?= -march=native
 CXXFLAGS ?= -O3 -g
 CXXFLAGS += -std=c++20 $(ARCH_FLAGS) -fopenmp-simd -Wall -Wextra -Wno-unused-parameter -pthread
+# SANITIZE: extra compile and link flags for the sanitizer builds (`make test-sanitize`).
+SANITIZE ?=
+CXXFLAGS += $(SANITIZE)
 CPPFLAGS += -DOMPI_SKIP_MPICXX=1 -DMPICH_SKIP_MPICXX=1 -Iinclude $(BLAS_CFLAGS) $(DNNL_CFLAGS) $(HDF5_CFLAGS) $(SPDLOG_CFLAGS) -MMD -MP
 LDLIBS += $(CUDA_LIBS) $(DNNL_LIBS) $(HDF5_LIBS) $(BLAS_LIBS) $(SPDLOG_LIBS) -lz -lgomp -pthread
 
@@ -104,7 +107,7 @@ MPI_TEST_BIN := $(BUILD)/tests/mpi_tests
 BENCH_BIN := $(BUILD)/bench/ops_bench
 COMM_BENCH_BIN := $(BUILD)/bench/comm_bench
 
-.PHONY: all summary test test-only test-slurm bench bench-only run deps data clean format help bundle
+.PHONY: all summary test test-only test-slurm test-sanitize bench bench-only run deps data clean format help bundle
 all: summary $(BIN)
 
 summary:
@@ -165,6 +168,15 @@ test:
 test-only: all $(UNIT_BIN) $(MPI_TEST_BIN) $(BENCH_BIN) $(COMM_BENCH_BIN)
 	@tests/run_tests.sh
 
+# The unit suite of the CPU configuration under AddressSanitizer + UBSan (+ LeakSanitizer).
+SANITIZE_FLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+test-sanitize:
+	@tools/install-deps.sh --tests
+	@data/prepare.sh
+	@$(MAKE) --no-print-directory USE_CUDA=0 BUILD=build/asan BIN=build/asan/mnist_ddp \
+	  SANITIZE="$(SANITIZE_FLAGS)" build/asan/tests/unit_tests
+	@tests/run_sanitized.sh
+
 # The Slurm workflows on a real local two-node Slurm (as root; `make test` includes it).
 test-slurm: all
 	@tools/install-deps.sh --tests
@@ -204,6 +216,7 @@ help:
 	@echo "              DEVICE=cuda for the GPU)"
 	@echo "make test     install deps, fetch data, run unit, MPI and end-to-end tests (+ Slurm as root)"
 	@echo "make test-slurm  the Slurm workflows on a real local 2-node Slurm (root)"
+	@echo "make test-sanitize  the unit suite built with ASan + UBSan (+ LSan), 0 reports required"
 	@echo "make bench    microbenchmarks + side-by-side with PyTorch DDP"
 	@echo "make deps     install the Debian packages that are missing"
 	@echo "make data     prepare data/dataset (MNIST if downloadable, else Fashion-MNIST)"

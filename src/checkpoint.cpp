@@ -13,10 +13,12 @@
 #include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <initializer_list>
 
@@ -353,8 +355,69 @@ bool parse_step(const std::string& name, std::int64_t* step) {
   return true;
 }
 
+// The file's first 512 bytes are an HDF5 user block (HDF5, h5py and h5dump skip it) holding one
+// line: "mnist_ddp-file-crc32 XXXXXXXX size N" — the CRC32 of every byte after the block. A load
+// checks it before HDF5 parses anything, so a damaged file never reaches HDF5's own parser (which
+// in Debian's HDF5 1.10 reads out of bounds on some corrupt metadata).
+constexpr std::size_t kUserBlock = 512;
+constexpr const char* kFileCrcTag = "mnist_ddp-file-crc32 ";
+
+std::uint32_t crc_of_file_after(const std::string& path, std::size_t from, std::uint64_t* size) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw UserError(fmt::format("{}: cannot be read: {}", path, std::strerror(errno)));
+  in.seekg(static_cast<std::streamoff>(from));
+  uLong c = crc32(0L, Z_NULL, 0);
+  std::vector<char> buf(1 << 16);
+  std::uint64_t n = 0;
+  while (in) {
+    in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
+    const auto got = static_cast<std::size_t>(in.gcount());
+    c = crc32(c, reinterpret_cast<const Bytef*>(buf.data()), static_cast<uInt>(got));
+    n += got;
+  }
+  *size = n;
+  return static_cast<std::uint32_t>(c);
+}
+
+void stamp_file_crc(const std::string& path) {
+  std::uint64_t size = 0;
+  const std::uint32_t crc = crc_of_file_after(path, kUserBlock, &size);
+  std::string line = fmt::format("{}{:08x} size {}\n", kFileCrcTag, crc, size);
+  line.resize(kUserBlock, '\0');
+  std::fstream f(path, std::ios::binary | std::ios::in | std::ios::out);
+  f.write(line.data(), static_cast<std::streamsize>(line.size()));
+  f.flush();
+  if (!f) throw UserError(fmt::format("{}: writing its file CRC failed", path));
+}
+
+// Checks the user block's file CRC when there is one (files written before it have none: they
+// go straight to HDF5). UserError when the bytes do not match.
+void verify_file_crc(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::string head(kUserBlock, '\0');
+  in.read(head.data(), static_cast<std::streamsize>(head.size()));
+  if (in.gcount() != static_cast<std::streamsize>(kUserBlock) || head.rfind(kFileCrcTag, 0) != 0)
+    return;
+  unsigned crc = 0;
+  unsigned long long size = 0;
+  if (std::sscanf(head.c_str() + std::strlen(kFileCrcTag), "%8x size %llu", &crc, &size) != 2) {
+    throw UserError("its file CRC line is damaged: the file is corrupt");
+  }
+  std::uint64_t actual_size = 0;
+  const std::uint32_t actual = crc_of_file_after(path, kUserBlock, &actual_size);
+  if (actual_size != size) {
+    throw UserError(
+        fmt::format("{} bytes after the header where {} were written: truncated or "
+                    "damaged",
+                    actual_size, size));
+  }
+  if (actual != crc) throw UserError("file CRC32 mismatch: the file is corrupt");
+}
+
 void write_file(const std::string& tmp, const TrainingState& s, const CheckpointLayout& layout) {
-  H5Handle file(HDF5_CHECK(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT)),
+  H5Handle fcpl(HDF5_CHECK(H5Pcreate(H5P_FILE_CREATE)), H5Pclose);
+  HDF5_CHECK(H5Pset_userblock(fcpl.get(), kUserBlock));
+  H5Handle file(HDF5_CHECK(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, fcpl.get(), H5P_DEFAULT)),
                 H5Fclose);
   const hid_t f = file.get();
   attr_str(f, "format", kCheckpointFormat);
@@ -511,6 +574,7 @@ std::string save_checkpoint(const std::string& dir, const TrainingState& s,
   H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
   try {
     write_file(tmp, s, layout);
+    stamp_file_crc(tmp);  // after HDF5 has closed the file: its final bytes
     // Test seam: MNIST_DDP_TEST_FAIL_CHECKPOINT=enospc makes the write fail as a full disk would
     // when no small filesystem can be mounted for the test.
     if (const char* f = std::getenv("MNIST_DDP_TEST_FAIL_CHECKPOINT"); f != nullptr) {
@@ -535,6 +599,10 @@ std::string save_checkpoint(const std::string& dir, const TrainingState& s,
   return final_path;
 }
 
+void refresh_file_crc(const std::string& path) {
+  stamp_file_crc(path);
+}
+
 TrainingState load_checkpoint(const std::string& path, const CheckpointLayout& layout) {
   H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
   try {
@@ -542,6 +610,7 @@ TrainingState load_checkpoint(const std::string& path, const CheckpointLayout& l
     if (!fs::is_regular_file(path, ec)) {
       throw UserError("no such file; pass an existing checkpoint to --resume, or --resume auto");
     }
+    verify_file_crc(path);  // before HDF5 parses a byte of it
     if (H5Fis_hdf5(path.c_str()) <= 0) {
       H5Eclear2(H5E_DEFAULT);
       throw UserError("not an HDF5 file (truncated, or not a checkpoint)");
@@ -733,6 +802,13 @@ bool is_weights_only(const std::string& path) {
 ModelWeights load_model_weights(const std::string& path, const CheckpointLayout& layout) {
   H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
   std::error_code ec;
+  if (fs::is_regular_file(path, ec)) {
+    try {
+      verify_file_crc(path);  // before HDF5 parses a byte of it
+    } catch (const UserError& e) {
+      throw UserError(fmt::format("weights {}: {}", path, e.what()));
+    }
+  }
   if (!fs::is_regular_file(path, ec) || !is_weights_only(path)) {
     // A full checkpoint (or no file: load_checkpoint says so): everything it validates.
     TrainingState s = load_checkpoint(path, layout);

@@ -95,12 +95,25 @@ def weights_crc32(arrays, mean, std, name):
     return c
 
 
+USERBLOCK = 512  # mnist_ddp's file CRC line lives in the HDF5 user block (checkpoint.cpp)
+
+
+def stamp_file_crc(path):
+    """The user block's line: the CRC32 of every byte after it, checked before HDF5 opens the file."""
+    with open(path, "r+b") as fh:
+        fh.seek(USERBLOCK)
+        rest = fh.read()
+        line = f"mnist_ddp-file-crc32 {zlib.crc32(rest):08x} size {len(rest)}\n".encode()
+        fh.seek(0)
+        fh.write(line.ljust(USERBLOCK, b"\0"))
+
+
 def write(out, arrays, mean, std, name):
     d = os.path.dirname(os.path.abspath(out))
     fd, tmp = tempfile.mkstemp(prefix=".import-", suffix=".h5.tmp", dir=d)
     os.close(fd)
     try:
-        with h5py.File(tmp, "w") as f:
+        with h5py.File(tmp, "w", userblock_size=USERBLOCK) as f:
             f.attrs["format"] = fixed(FORMAT)
             f.attrs.create("format_version", VERSION, dtype="<i8")
             f.attrs["model"] = fixed(MODEL)
@@ -124,6 +137,7 @@ def write(out, arrays, mean, std, name):
             dg.attrs["transform"] = fixed(TRANSFORM)
             f.attrs.create("weights_crc32", weights_crc32(arrays, mean, std, name), dtype="<u8")
             f.attrs.create("complete", 1, dtype="<i8")  # last
+        stamp_file_crc(tmp)
         with open(tmp, "rb") as fh:
             os.fsync(fh.fileno())
         os.replace(tmp, out)

@@ -138,6 +138,11 @@ ModelWeights load_model_weights(const std::string& path, const CheckpointLayout&
 bool broadcast_model_weights(Comm& comm, std::optional<ModelWeights>& weights,
                              const CheckpointLayout& layout);
 
+// Recomputes the file CRC in a checkpoint's first 512 bytes (an HDF5 user block: "mnist_ddp-
+// file-crc32 XXXXXXXX size N", the CRC32 of every later byte, checked before HDF5 parses the
+// file). For tools and tests that edit a checkpoint on purpose.
+void refresh_file_crc(const std::string& path);
+
 // Complete-named checkpoints in dir, newest (highest step) first.
 std::vector<std::string> list_checkpoints(const std::string& dir);
 

@@ -106,7 +106,7 @@ PYTRAIN
   cp "$TMP/pt/init.h5" "$TMP/pt/edited.h5"
   $PY -c "import h5py, sys; f = h5py.File(sys.argv[1], 'r+'); d = f['model/fc.bias']; v = d[()]; v[3] += 0.5; d[...] = v; f.close()" "$TMP/pt/edited.h5"
   run pt_edited 60 mpirun -np 2 "$BIN" --device cpu --data "$DATA" --eval-only --resume "$TMP/pt/edited.h5" --progress off --log-dir "$TMP/pd"
-  if [[ $RC -eq 2 ]] && [[ $(grep -c "mnist_ddp: error: weights .*edited.h5: weights CRC32 mismatch" "$ERR") == 1 ]]; then
+  if [[ $RC -eq 2 ]] && [[ $(grep -c "mnist_ddp: error: weights .*edited.h5: file CRC32 mismatch" "$ERR") == 1 ]]; then
     pass "edited_weights_only_file_is_refused_by_its_crc"
   else
     fail "edited_weights_only rc=$RC" "$(show)"

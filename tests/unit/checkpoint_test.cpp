@@ -105,6 +105,8 @@ class CheckpointTest : public ::testing::Test {
     c ^= 0x10;
     f.seekp(static_cast<std::streamoff>(at));
     f.write(&c, 1);
+    f.close();
+    refresh_file_crc(path);  // past the file CRC: the inner checks must catch it
   }
 
   fs::path dir_;
@@ -173,6 +175,7 @@ TEST_F(CheckpointTest, AmpLossScaleRoundTripsAndIsCoveredByTheCrc) {
     H5Aclose(a);
     H5Gclose(g);
     H5Fclose(f);
+    refresh_file_crc(path);  // an edit on purpose: a valid file again
   }
   expect_error([&] { load_checkpoint(path, layout_); }, path, "CRC32");
   // A non-finite scale (consistent CRC: written that way) is refused by name, not resumed from.
@@ -189,6 +192,7 @@ TEST_F(CheckpointTest, AmpLossScaleRoundTripsAndIsCoveredByTheCrc) {
   EXPECT_GT(H5Lexists(f, "amp", H5P_DEFAULT), 0);
   ASSERT_GE(H5Ldelete(f, "amp", H5P_DEFAULT), 0);
   H5Fclose(f);
+  refresh_file_crc(plain);  // an edit on purpose: a valid file again
   expect_error([&] { load_checkpoint(plain, layout_); }, plain, "amp");
 }
 
@@ -218,6 +222,7 @@ TEST_F(CheckpointTest, InputRecordRoundTripsIsCoveredByTheCrcAndVersionOneStillL
     H5Aclose(a);
     H5Gclose(g);
     H5Fclose(f);
+    refresh_file_crc(file);  // an edit on purpose: a valid file again
   };
   write_mean(path, 0.1307);
   expect_error([&] { load_checkpoint(path, layout_); }, path, "CRC32");
@@ -227,6 +232,7 @@ TEST_F(CheckpointTest, InputRecordRoundTripsIsCoveredByTheCrcAndVersionOneStillL
     const hid_t f = H5Fopen(p2.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
     ASSERT_GE(H5Ldelete(f, "data", H5P_DEFAULT), 0);
     H5Fclose(f);
+    refresh_file_crc(p2);  // an edit on purpose: a valid file again
   }
   expect_error([&] { load_checkpoint(p2, layout_); }, p2, "no /data group");
   // ... and the same file as version 1 (which never had /data, nor a CRC over it) loads.
@@ -245,6 +251,7 @@ TEST_F(CheckpointTest, InputRecordRoundTripsIsCoveredByTheCrcAndVersionOneStillL
     ASSERT_GE(H5Awrite(c, H5T_NATIVE_UINT64, &crc), 0);
     H5Aclose(c);
     H5Fclose(f);
+    refresh_file_crc(p2);  // an edit on purpose: a valid file again
   }
   const TrainingState old = load_checkpoint(p2, layout_);
   EXPECT_FALSE(old.input.recorded);
@@ -295,6 +302,7 @@ TEST_F(CheckpointTest, NonFiniteStateIsNeverWrittenAndRefusedOnLoad) {
     ASSERT_GE(H5Awrite(c, H5T_NATIVE_UINT64, &crc), 0);
     H5Aclose(c);
     H5Fclose(f);
+    refresh_file_crc(good);  // an edit on purpose: a valid file again
   }
   expect_error([&] { load_checkpoint(good, layout_); }, good, "/model/fc.bias (1 of 10 values");
 }
@@ -331,10 +339,11 @@ bool same_state(const TrainingState& a, const TrainingState& b) {
 }
 
 // A damaged byte anywhere (as a disk would do it): every byte of the first 1.5 KiB and of the
-// last 0.5 KiB (superblock, object headers, attributes, HDF5's metadata) and 1,000 positions spread
-// over the rest of a real checkpoint with every optional part present, each flipped alone. Each
-// copy must either load to exactly the original state or be refused with an error naming the file:
-// never a different state, a crash or a hang (each load runs in its own child process).
+// last 0.5 KiB (the file-CRC user block, superblock, object headers, attributes) and 1,000
+// positions spread over the rest of a real checkpoint with every optional part present, each
+// flipped alone. Each copy must either load to exactly the original state or be refused with an
+// error naming the file: never a different state, a crash, a sanitizer report or a hang (each load
+// runs in its own child process; exit codes apart from a sanitizer's 1).
 TEST_F(CheckpointTest, EveryFlippedByteLoadsExactlyOrIsRefusedByName) {
   TrainingState s = state(30);
   s.world_size = 2;
@@ -374,11 +383,11 @@ TEST_F(CheckpointTest, EveryFlippedByteLoadsExactlyOrIsRefusedByName) {
       alarm(20);  // a hang ends the child (SIGALRM): reported below
       int code = 0;
       try {
-        code = same_state(load_checkpoint(copy, layout_), original) ? 0 : 3;
+        code = same_state(load_checkpoint(copy, layout_), original) ? 0 : 13;
       } catch (const UserError& e) {
-        code = std::string(e.what()).find(copy) != std::string::npos ? 1 : 4;
+        code = std::string(e.what()).find(copy) != std::string::npos ? 10 : 14;
       } catch (...) {
-        code = 5;
+        code = 15;
       }
       _exit(code);
     }
@@ -386,7 +395,7 @@ TEST_F(CheckpointTest, EveryFlippedByteLoadsExactlyOrIsRefusedByName) {
     waitpid(pid, &status, 0);
     if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
       ++exact;
-    } else if (WIFEXITED(status) && WEXITSTATUS(status) == 1) {
+    } else if (WIFEXITED(status) && WEXITSTATUS(status) == 10) {
       ++refused;
     } else if (bad.size() < 20) {
       bad.push_back(fmt::format("byte {}: {}", at,
@@ -405,8 +414,8 @@ TEST_F(CheckpointTest, EveryFlippedByteLoadsExactlyOrIsRefusedByName) {
   std::string first;
   for (const auto& b : bad) first += b + "; ";
   EXPECT_EQ(static_cast<std::size_t>(exact + refused), positions.size())
-      << "exit 3: a different state loaded; 4: an error without the file; 5: another exception; "
-         "signal: a crash or hang. First: "
+      << "exit 13: a different state loaded; 14: an error without the file; 15: another "
+         "exception; any other exit or a signal: a crash, a sanitizer report or a hang. First: "
       << first;
 }
 
@@ -416,6 +425,7 @@ TEST_F(CheckpointTest, RejectsIncompleteWrongVersionAndWrongModel) {
     const hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
     H5Adelete(f, "complete");
     H5Fclose(f);
+    refresh_file_crc(path);  // an edit on purpose: a valid file again
   }
   expect_error([&] { load_checkpoint(path, layout_); }, path, "incomplete");
   const std::string p2 = save_checkpoint(dir_.string(), state(6), layout_);
@@ -426,6 +436,7 @@ TEST_F(CheckpointTest, RejectsIncompleteWrongVersionAndWrongModel) {
     H5Awrite(a, H5T_NATIVE_INT64, &v);
     H5Aclose(a);
     H5Fclose(f);
+    refresh_file_crc(p2);  // an edit on purpose: a valid file again
   }
   expect_error([&] { load_checkpoint(p2, layout_); }, p2, "format version 99");
   const std::string p3 = save_checkpoint(dir_.string(), state(7), layout_);
