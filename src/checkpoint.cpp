@@ -396,8 +396,19 @@ void verify_file_crc(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   std::string head(kUserBlock, '\0');
   in.read(head.data(), static_cast<std::streamsize>(head.size()));
-  if (in.gcount() != static_cast<std::streamsize>(kUserBlock) || head.rfind(kFileCrcTag, 0) != 0)
+  if (in.gcount() != static_cast<std::streamsize>(kUserBlock)) return;  // HDF5 will say why
+  if (head.rfind(kFileCrcTag, 0) != 0) {
+    // No file CRC line. A file written before it has HDF5's signature at offset 0: load it as
+    // before. One whose superblock sits after a user block lost its line: damaged.
+    static constexpr char kHdf5Signature[] = "\x89HDF\r\n\x1a\n";
+    std::string at512(8, '\0');
+    in.read(at512.data(), 8);
+    if (head.compare(0, 8, kHdf5Signature, 8) != 0 && in.gcount() == 8 &&
+        at512.compare(0, 8, kHdf5Signature, 8) == 0) {
+      throw UserError("its file CRC line is damaged: the file is corrupt");
+    }
     return;
+  }
   unsigned crc = 0;
   unsigned long long size = 0;
   if (std::sscanf(head.c_str() + std::strlen(kFileCrcTag), "%8x size %llu", &crc, &size) != 2) {
@@ -854,6 +865,12 @@ ModelWeights load_model_weights(const std::string& path, const CheckpointLayout&
     w.input = read_input_record(f);
     if (read_u64(f, "weights_crc32") != weights_crc(w, layout)) {
       throw UserError("weights CRC32 mismatch: the file is corrupt");
+    }
+    TrainingState as_state;  // the same refusal of non-finite values as a full checkpoint's
+    as_state.params = w.params;
+    as_state.buffers = w.buffers;
+    if (const std::string bad = first_non_finite(as_state, layout); !bad.empty()) {
+      throw UserError(bad + " holds NaN or infinity: not a usable model");
     }
     return w;
   } catch (const Hdf5Error& e) {
