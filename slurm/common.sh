@@ -21,6 +21,10 @@ module load mnist_ddp
 # bad input (2), replicas that differ (3), a diverged model (5) and deliberate stops (130, 138, 143).
 run_mnist_ddp() {
   local max="${MAX_RESTARTS:-2}" restarts=0 rc cause
+  if [[ ! "$max" =~ ^[0-9]+$ ]]; then
+    echo "mnist_ddp: error: MAX_RESTARTS=$max: give the number of restarts allowed (0 turns them off)" >&2
+    return 2
+  fi
   while :; do
     rc=0
     srun --mpi=pmix --kill-on-bad-exit=1 mnist_ddp --threads 1 --resume auto --requeue \

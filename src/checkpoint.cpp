@@ -240,6 +240,19 @@ std::int64_t read_i64_scalar(hid_t group, const std::string& name, const std::st
   return v;
 }
 
+// /model: every parameter and BN statistic in the layout's shapes (arenas already sized), and the
+// num_batches_tracked counters, as full and weights-only files both hold them.
+void read_model_group(hid_t f, const CheckpointLayout& layout, std::vector<float>& params,
+                      std::vector<float>& buffers, std::vector<std::int64_t>& tracked) {
+  H5Handle g(HDF5_CHECK(H5Gopen2(f, "model", H5P_DEFAULT)), H5Gclose);
+  for (const auto& e : layout.params)
+    read_f32(g.get(), e.name, e.shape, params.data() + e.offset, "/model");
+  for (const auto& e : layout.buffers)
+    read_f32(g.get(), e.name, e.shape, buffers.data() + e.offset, "/model");
+  for (const auto& k : layout.num_batches_tracked)
+    tracked.push_back(read_i64_scalar(g.get(), k, "/model"));
+}
+
 // CRC32 over every array and scalar of the payload, in schema order.
 std::uint32_t payload_crc(const TrainingState& s) {
   uLong c = crc32(0L, Z_NULL, 0);
@@ -669,15 +682,7 @@ TrainingState load_checkpoint(const std::string& path, const CheckpointLayout& l
     s.params.resize(np);
     s.buffers.resize(nb);
     s.momentum.resize(np);
-    {
-      H5Handle g(HDF5_CHECK(H5Gopen2(f, "model", H5P_DEFAULT)), H5Gclose);
-      for (const auto& e : layout.params)
-        read_f32(g.get(), e.name, e.shape, s.params.data() + e.offset, "/model");
-      for (const auto& e : layout.buffers)
-        read_f32(g.get(), e.name, e.shape, s.buffers.data() + e.offset, "/model");
-      for (const auto& k : layout.num_batches_tracked)
-        s.num_batches_tracked.push_back(read_i64_scalar(g.get(), k, "/model"));
-    }
+    read_model_group(f, layout, s.params, s.buffers, s.num_batches_tracked);
     {
       H5Handle g(HDF5_CHECK(H5Gopen2(f, "optimizer", H5P_DEFAULT)), H5Gclose);
       s.optimizer_steps = read_i64(g.get(), "step_count");
@@ -813,15 +818,21 @@ bool is_weights_only(const std::string& path) {
 ModelWeights load_model_weights(const std::string& path, const CheckpointLayout& layout) {
   H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
   std::error_code ec;
-  if (fs::is_regular_file(path, ec)) {
+  if (!fs::is_regular_file(path, ec)) {
+    throw UserError(
+        fmt::format("weights {}: no such file; pass an existing checkpoint (full or "
+                    "weights-only) to --init-weights or --eval-only --resume",
+                    path));
+  }
+  {
     try {
       verify_file_crc(path);  // before HDF5 parses a byte of it
     } catch (const UserError& e) {
       throw UserError(fmt::format("weights {}: {}", path, e.what()));
     }
   }
-  if (!fs::is_regular_file(path, ec) || !is_weights_only(path)) {
-    // A full checkpoint (or no file: load_checkpoint says so): everything it validates.
+  if (!is_weights_only(path)) {
+    // A full checkpoint: everything load_checkpoint validates.
     TrainingState s = load_checkpoint(path, layout);
     ModelWeights w;
     w.params = std::move(s.params);
@@ -853,15 +864,7 @@ ModelWeights load_model_weights(const std::string& path, const CheckpointLayout&
     w.weights_only = true;
     w.params.resize(layout.params.back().offset + layout.params.back().numel);
     w.buffers.resize(layout.buffers.back().offset + layout.buffers.back().numel);
-    {
-      H5Handle g(HDF5_CHECK(H5Gopen2(f, "model", H5P_DEFAULT)), H5Gclose);
-      for (const auto& e : layout.params)
-        read_f32(g.get(), e.name, e.shape, w.params.data() + e.offset, "/model");
-      for (const auto& e : layout.buffers)
-        read_f32(g.get(), e.name, e.shape, w.buffers.data() + e.offset, "/model");
-      for (const auto& k : layout.num_batches_tracked)
-        w.num_batches_tracked.push_back(read_i64_scalar(g.get(), k, "/model"));
-    }
+    read_model_group(f, layout, w.params, w.buffers, w.num_batches_tracked);
     w.input = read_input_record(f);
     if (read_u64(f, "weights_crc32") != weights_crc(w, layout)) {
       throw UserError("weights CRC32 mismatch: the file is corrupt");

@@ -66,6 +66,9 @@ expect_error tf32_unknown "--tf32" --tf32 maybe
 expect_error threads_negative "--threads" --threads -1
 expect_error amp_on_cpu "--amp fp16: mixed precision runs on the GPU backend only" --data "$TMP/fx/valid" --amp fp16
 expect_error amp_unknown "--amp" --amp fp8
+expect_error init_weights_missing_file "weights $TMP/none.h5: no such file" --data "$TMP/fx/valid" --init-weights "$TMP/none.h5"
+expect_error init_weights_with_resume "--init-weights starts a new run" --init-weights "$TMP/none.h5" --resume auto
+expect_error eval_only_without_checkpoint "--eval-only evaluates a checkpoint" --eval-only
 # The checkpoint test seam refuses values it does not know instead of ignoring them.
 export MNIST_DDP_TEST_FAIL_CHECKPOINT=bogus
 expect_error unknown_test_seam_value "MNIST_DDP_TEST_FAIL_CHECKPOINT=bogus" --data "$TMP/fx/valid" --batch-size 8 --eval-batch-size 8 --max-steps 1

@@ -216,6 +216,13 @@ if [[ $ref_state == COMPLETED && -n "$victim" && "$STATE" == COMPLETED ]] &&
 else
   fail "restart ref=$ref_state state=$STATE victim=$victim" "$(grep -E 'restart|resume|done:|error' "$OUT" | head -12)"
 fi
+export MNIST_DDP_CKPT="$TMP/r3" MNIST_DDP_LOGS="$TMP/r3-log"
+MAX_RESTARTS=two submit restart_bad_max slurm/train_cpu_2x4.sh "${R[@]}"
+if [[ "$STATE" == FAILED ]] && grep -q "MAX_RESTARTS=two: give the number of restarts allowed" "$OUT"; then
+  pass "max_restarts_not_a_number_is_one_clear_error"
+else
+  fail "restart_bad_max state=$STATE" "$(tail -n 5 "$OUT")"
+fi
 export MNIST_DDP_CKPT="$TMP/r2" MNIST_DDP_LOGS="$TMP/r2-log"
 submit restart_bad_input slurm/train_cpu_2x4.sh --data "$TMP/nowhere"
 if [[ "$STATE" == FAILED ]] && ! grep -q "restart" "$OUT" && grep -q "mnist_ddp: error: " "$OUT"; then
