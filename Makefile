@@ -107,7 +107,7 @@ MPI_TEST_BIN := $(BUILD)/tests/mpi_tests
 BENCH_BIN := $(BUILD)/bench/ops_bench
 COMM_BENCH_BIN := $(BUILD)/bench/comm_bench
 
-.PHONY: all summary test test-only test-slurm test-sanitize bench bench-only run deps data clean format help bundle
+.PHONY: all summary test test-only test-slurm test-sanitize test-chaos fuzz bench bench-only run deps data clean format help bundle
 all: summary $(BIN)
 
 summary:
@@ -168,14 +168,48 @@ test:
 test-only: all $(UNIT_BIN) $(MPI_TEST_BIN) $(BENCH_BIN) $(COMM_BENCH_BIN)
 	@tests/run_tests.sh
 
-# The unit suite of the CPU configuration under AddressSanitizer + UBSan (+ LeakSanitizer).
+# The CPU configuration under the sanitizers (tests/run_sanitized.sh): ASan + UBSan + LSan on the
+# unit, MPI and end-to-end suites (build/asan), then ThreadSanitizer on the threaded paths
+# (build/tsan). Zero reports required; suppressions (third-party only) in tests/sanitizers/.
 SANITIZE_FLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+TSAN_FLAGS := -fsanitize=thread -fno-omit-frame-pointer
 test-sanitize:
 	@tools/install-deps.sh --tests
 	@data/prepare.sh
 	@$(MAKE) --no-print-directory USE_CUDA=0 BUILD=build/asan BIN=build/asan/mnist_ddp \
-	  SANITIZE="$(SANITIZE_FLAGS)" build/asan/tests/unit_tests
-	@tests/run_sanitized.sh
+	  SANITIZE="$(SANITIZE_FLAGS)" build/asan/mnist_ddp build/asan/tests/unit_tests build/asan/tests/mpi_tests
+	@$(MAKE) --no-print-directory USE_CUDA=0 BUILD=build/tsan BIN=build/tsan/mnist_ddp \
+	  SANITIZE="$(TSAN_FLAGS)" build/tsan/mnist_ddp build/tsan/tests/unit_tests build/tsan/tests/mpi_tests
+	@tests/run_sanitized.sh asan
+	@tests/run_sanitized.sh tsan
+
+# libFuzzer targets (Debian's clang through mpicxx) on the parsers of untrusted bytes: IDX files,
+# checkpoints, the command line, the launcher environment. FUZZ_SECONDS per target.
+# FUZZ_TARGETS=checkpoint_hostile: checkpoints whose file CRC line is re-stamped over the mutated
+# bytes, so they reach HDF5 itself (not in CI: it finds HDF5 1.10's own bugs; tests/fuzz/README.md).
+FUZZ_SECONDS ?= 60
+FUZZ_TARGETS ?= idx checkpoint cli env
+FUZZ_FLAGS := -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+fuzz:
+	@tools/install-deps.sh --tests
+	@OMPI_CXX=clang++ $(MAKE) --no-print-directory USE_CUDA=0 BUILD=build/fuzz BIN=build/fuzz/mnist_ddp \
+	  SANITIZE="$(FUZZ_FLAGS)" $(FUZZ_TARGETS:%=build/fuzz/fuzz/fuzz_%)
+	@tests/fuzz/run_fuzz.sh $(FUZZ_SECONDS) $(FUZZ_TARGETS)
+
+$(BUILD)/tests/fuzz/fuzz_checkpoint_hostile.o: tests/fuzz/fuzz_checkpoint.cpp
+	@mkdir -p $(@D)
+	$(CXX) $(CPPFLAGS) $(CXXFLAGS) -DFUZZ_RESTAMP -c -o $@ $<
+
+$(BUILD)/fuzz/fuzz_%: $(BUILD)/tests/fuzz/fuzz_%.o $(BUILD)/tests/fuzz/fuzz_common.o $(LIB_OBJS)
+	@mkdir -p $(@D)
+	$(CXX) $(CXXFLAGS) -fsanitize=fuzzer -o $@ $^ $(LDLIBS)
+
+# Randomised fault injection: CHAOS_RUNS (20) runs on 2 CPU ranks, each hit at a random moment;
+# CHAOS_SEED=S reproduces a run (tests/chaos/chaos_test.sh prints its seed).
+test-chaos: all
+	@tools/install-deps.sh --tests
+	@data/prepare.sh
+	@bash tests/chaos/chaos_test.sh
 
 # The Slurm workflows on a real local two-node Slurm (as root; `make test` includes it).
 test-slurm: all
@@ -205,7 +239,8 @@ bundle:
 
 format:
 	clang-format -i include/mnist_ddp/*.hpp src/*.cpp src/cpu/*.cpp src/cuda/*.cu src/cuda/*.hpp tests/unit/*.cpp \
-	  tests/unit/*.hpp tests/mpi/*.cpp tests/mpi/*.cu tests/common/*.cpp tests/common/*.hpp bench/*.cpp
+	  tests/unit/*.hpp tests/mpi/*.cpp tests/mpi/*.cu tests/common/*.cpp tests/common/*.hpp bench/*.cpp \
+	  tests/fuzz/*.cpp tests/fuzz/*.hpp
 
 clean:
 	rm -rf $(BUILD) $(BIN)
@@ -216,11 +251,14 @@ help:
 	@echo "              DEVICE=cuda for the GPU)"
 	@echo "make test     install deps, fetch data, run unit, MPI and end-to-end tests (+ Slurm as root)"
 	@echo "make test-slurm  the Slurm workflows on a real local 2-node Slurm (root)"
-	@echo "make test-sanitize  the unit suite built with ASan + UBSan (+ LSan), 0 reports required"
+	@echo "make test-sanitize  unit, MPI and e2e suites under ASan + UBSan + LSan, threaded paths under TSan"
+	@echo "make test-chaos  20 training runs each hit by a random fault at a random moment (CHAOS_SEED, CHAOS_RUNS)"
+	@echo "make fuzz     libFuzzer on the IDX reader, checkpoint loader, CLI, launcher env (FUZZ_SECONDS=60 each)"
 	@echo "make bench    microbenchmarks + side-by-side with PyTorch DDP"
 	@echo "make deps     install the Debian packages that are missing"
 	@echo "make data     prepare data/dataset (MNIST if downloadable, else Fashion-MNIST)"
 	@echo "make bundle   dist/ for a GPU machine without MPI/HDF5 (then tools/gpu-suite.sh there)"
 	@echo "make clean    remove build/ and ./mnist_ddp"
 
--include $(CU_OBJS:.o=.d) $(LIB_OBJS:.o=.d) $(MAIN_OBJ:.o=.d) $(UNIT_OBJS:.o=.d) $(MPI_TEST_OBJS:.o=.d) $(BENCH_OBJS:.o=.d) $(BUILD)/bench/comm_bench.d
+-include $(CU_OBJS:.o=.d) $(LIB_OBJS:.o=.d) $(MAIN_OBJ:.o=.d) $(UNIT_OBJS:.o=.d) $(MPI_TEST_OBJS:.o=.d) $(BENCH_OBJS:.o=.d) $(BUILD)/bench/comm_bench.d \
+  $(wildcard $(BUILD)/tests/fuzz/*.d)

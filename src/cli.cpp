@@ -174,6 +174,9 @@ void build(CLI::App& app, Config& c, EnumText& t) {
   app.add_option("--debug-exit-rank", c.debug_exit_rank,
                  "testing: this rank exits with status 1 before step 3, without MPI_Finalize")
       ->check(CLI::Range(-1, 1 << 20));
+  app.add_option("--debug-sample-log", c.debug_sample_log,
+                 "testing: each rank appends the training-set indices it trains on, one per line, "
+                 "to DIR/samples-epoch<E>-rank<R>.txt (the data-split check)");
   app.add_flag("--debug-fail-capture", c.debug_fail_capture,
                "testing: every CUDA graph capture makes a call that is illegal while capturing, "
                "so the run must fall back to eager steps (the fallback's test)");
@@ -191,6 +194,10 @@ void build(CLI::App& app, Config& c, EnumText& t) {
   app.add_flag("--eval-only", c.eval_only,
                "evaluate the checkpoint given by --resume (PATH, or auto) on the test split, print "
                "top-1/top-5/loss and exit; no training, nothing written but the log");
+  app.add_flag("--verify-checkpoints", c.verify_checkpoints,
+               "load every checkpoint in --checkpoint-dir as --resume would (file CRC, HDF5 "
+               "checksums, every member and shape, payload CRC, finite values), print one line "
+               "each and exit: 0 when all pass, 2 when any fails; no training, nothing written");
   app.add_flag("--print-env", c.print_env,
                "print how rank, local rank and node were derived, then exit");
   app.add_option("--progress", t.progress, "live progress line: auto (on a TTY) | on | off")
@@ -386,7 +393,8 @@ std::string config_json(const Config& c) {
       {"checkpoint_every", c.checkpoint_every},
       {"keep", c.keep},
       {"resume", c.resume}};
-  return j.dump();
+  // Paths need not be UTF-8 on Linux: invalid bytes become U+FFFD instead of an exception.
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 }  // namespace mnist_ddp

@@ -3,11 +3,24 @@
 #include "mnist_ddp/compress.hpp"
 
 #include <cstring>
+#if defined(__clang__) && __clang_major__ < 15
+#include <immintrin.h>
+#endif
 
 #include "mnist_ddp/check.hpp"
 
 namespace mnist_ddp {
 
+#if defined(__clang__) && __clang_major__ < 15
+// Clang 14 (Debian 12's, which `make fuzz` builds with) has no _Float16 on x86-64; the F16C
+// instructions convert the same way (round to nearest even, subnormals, NaN kept).
+std::uint16_t to_fp16(float x) {
+  return _cvtss_sh(x, _MM_FROUND_TO_NEAREST_INT);
+}
+float from_fp16(std::uint16_t bits) {
+  return _cvtsh_ss(bits);
+}
+#else
 std::uint16_t to_fp16(float x) {
   // _Float16 (GCC/Clang on x86-64) converts with round-to-nearest-even, including subnormals.
   const _Float16 h = static_cast<_Float16>(x);
@@ -21,6 +34,7 @@ float from_fp16(std::uint16_t bits) {
   std::memcpy(&h, &bits, sizeof bits);
   return static_cast<float>(h);
 }
+#endif
 
 std::uint16_t to_bf16(float x) {
   std::uint32_t u;

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 #include <cerrno>
 #include <cstring>
+#include <optional>
 
 #include "mnist_ddp/check.hpp"
 
@@ -66,21 +67,37 @@ void check_length(const std::vector<std::uint8_t>& b, const std::string& path, s
   }
   if (have > payload) {
     throw UserError(
-        fmt::format("{}: {} unexpected bytes after the {} {} the header declares; the "
-                    "file is corrupt or not MNIST-format",
-                    path, have - payload, count, unit));
+        fmt::format("{}: unexpected bytes after the {} {} the header declares ({} bytes of "
+                    "data); the file is corrupt or not MNIST-format",
+                    path, count, unit, payload));
   }
 }
 
 }  // namespace
 
-std::vector<std::uint8_t> read_maybe_gz(const std::string& path) {
+// The most bytes an IDX file with this header can hold (header + the product of its dims), or
+// nullopt while the header is incomplete or not an unsigned-byte IDX header of `ndims` dims.
+std::optional<std::uint64_t> idx_size_bound(const std::vector<std::uint8_t>& b, int ndims) {
+  const std::size_t header = 4 + 4 * static_cast<std::size_t>(ndims);
+  if (ndims <= 0 || b.size() < header || b[0] != 0 || b[1] != 0 || b[2] != 0x08 || b[3] != ndims)
+    return std::nullopt;
+  std::uint64_t payload = 1;
+  for (int i = 0; i < ndims; ++i) {
+    // Each dim is < 2^32; stop multiplying once past any real file (no overflow).
+    payload *= be32(&b[4 + 4 * static_cast<std::size_t>(i)]);
+    if (payload > (std::uint64_t{1} << 40)) return std::uint64_t{1} << 40;
+  }
+  return header + payload;
+}
+
+std::vector<std::uint8_t> read_maybe_gz(const std::string& path, int idx_ndims) {
   // gzopen reads plain files transparently, so one path handles raw and .gz.
   gzFile f = gzopen(path.c_str(), "rb");
   if (f == nullptr) {
     throw UserError(fmt::format("{}: cannot open: {}", path, std::strerror(errno)));
   }
   std::vector<std::uint8_t> out;
+  std::optional<std::uint64_t> limit;
   std::uint8_t buf[1 << 16];
   for (;;) {
     const int n = gzread(f, buf, sizeof buf);
@@ -97,6 +114,14 @@ std::vector<std::uint8_t> read_maybe_gz(const std::string& path) {
     }
     if (n == 0) break;
     out.insert(out.end(), buf, buf + n);
+    // Never more than the header declares (+1 byte, for the "unexpected bytes" error): a
+    // small gzip bomb or a wrong file cannot make this allocate without bound.
+    if (!limit) limit = idx_size_bound(out, idx_ndims);
+    if (limit && out.size() > *limit) {
+      out.resize(static_cast<std::size_t>(*limit) + 1);
+      gzclose(f);  // mid-stream on purpose: its status says nothing about the file
+      return out;
+    }
   }
   // A gzip stream cut short reads as EOF; gzclose_r then reports Z_BUF_ERROR.
   const int rc = gzclose(f);
@@ -152,10 +177,10 @@ IdxLabels parse_idx_labels(const std::vector<std::uint8_t>& b, const std::string
 }
 
 IdxImages read_idx_images(const std::string& path) {
-  return parse_idx_images(read_maybe_gz(path), path);
+  return parse_idx_images(read_maybe_gz(path, 3), path);
 }
 IdxLabels read_idx_labels(const std::string& path) {
-  return parse_idx_labels(read_maybe_gz(path), path);
+  return parse_idx_labels(read_maybe_gz(path, 1), path);
 }
 
 }  // namespace mnist_ddp

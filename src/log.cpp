@@ -74,7 +74,8 @@ void Logger::file(const std::string& line) {
 
 void Logger::metrics(const nlohmann::json& record) {
   if (rank_ != 0) return;
-  metrics_ << record.dump() << '\n';
+  // Paths need not be UTF-8 on Linux: invalid bytes become U+FFFD instead of an exception.
+  metrics_ << record.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << '\n';
   metrics_.flush();
 }
 

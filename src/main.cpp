@@ -95,6 +95,34 @@ void use_recorded_input(const InputRecord& in, DataSplit& data, Logger& log) {
 }
 
 // Everything with MPI inside lives in this scope, so it is gone before MPI_Finalize.
+// --verify-checkpoints: rank 0 loads every checkpoint of the directory as --resume would and
+// prints one line each; every rank exits with rank 0's verdict.
+int verify_checkpoint_dir(Comm& comm, const std::string& dir) {
+  float bad = 0;
+  // Collective (agreement): a missing directory on rank 0 is one error, every rank exits.
+  run_agreed(comm, [&] {
+    if (comm.rank() != 0) return;
+    auto ops = make_cpu_ops();  // the layout is the same on every device
+    const ConvNet model(*ops, 1);
+    const auto verdicts = verify_checkpoints(dir, checkpoint_layout(model));
+    for (const auto& v : verdicts) {
+      if (v.error.empty())
+        std::printf("ok %s (step %lld, world size %lld)\n", v.path.c_str(),
+                    static_cast<long long>(v.step), static_cast<long long>(v.world_size));
+      else
+        std::printf("BAD %s\n", v.error.c_str());
+      bad += v.error.empty() ? 0.0f : 1.0f;
+    }
+    std::printf("verified %zu checkpoint(s) in %s: %zu pass, %d fail\n", verdicts.size(),
+                dir.c_str(), verdicts.size() - static_cast<std::size_t>(bad),
+                static_cast<int>(bad));
+    std::fflush(stdout);
+  });
+  // Collective: every rank exits with rank 0's verdict (the launcher reports one status).
+  comm.allreduce(std::span<float>(&bad, 1), ReduceOp::Max);
+  return bad > 0 ? kExitUserError : kExitOk;
+}
+
 int run(int argc, char** argv, int rank, int world, const MpiLocality& locality,
         const std::string& host) {
   const EnvMap env = read_launch_env();
@@ -179,6 +207,7 @@ int run(int argc, char** argv, int rank, int world, const MpiLocality& locality,
     std::fflush(stdout);
     return kExitOk;
   }
+  if (cfg.verify_checkpoints) return verify_checkpoint_dir(*comm, cfg.checkpoint_dir);
   std::printf("# rank %d/%d local %d host %s pid %ld device %s\n", rank, world, id.local_rank,
               host.c_str(), id.pid, device_text.c_str());
   std::fflush(stdout);

@@ -130,6 +130,17 @@ Identity derive_identity(int mpi_rank, int mpi_world, const MpiLocality& mpi, co
         fmt::format("local_rank: MPI_Comm_split_type(SHARED) = {}", mpi.local_rank));
   }
   id.local_size = mpi.local_size;
+  if (id.local_rank < 0 || id.local_rank >= id.local_size) {
+    // The local rank chooses this rank's GPU: one outside the node's group would pick a GPU
+    // that another rank (or no rank) is meant to use.
+    throw UserError(fmt::format(
+        "launcher mismatch: {} = {} but MPI finds {} rank(s) on this node "
+        "(MPI_Comm_split_type(SHARED)), so a local rank must be 0..{}. The job script sets or "
+        "exports the launcher's variables by hand, or the binary's MPI is not the launcher's; "
+        "unset them and launch with this MPI's mpirun or `srun --mpi=pmix`.",
+        ompi_local ? "OMPI_COMM_WORLD_LOCAL_RANK" : "SLURM_LOCALID", id.local_rank, id.local_size,
+        id.local_size - 1));
+  }
   if (id.local_rank != mpi.local_rank) {
     id.derivation.push_back(fmt::format(
         "note: MPI_Comm_split_type(SHARED) gives local rank {}; the launcher's value {} is used",

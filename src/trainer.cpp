@@ -3,11 +3,14 @@
 
 #include <fmt/format.h>
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -20,6 +23,24 @@
 
 namespace mnist_ddp {
 namespace {
+
+// --debug-sample-log: the positions [first, last) of this epoch's order that this rank trained
+// on, appended one index per line (a resumed run continues the file of its epoch).
+void append_sample_log(const std::string& dir, std::int64_t epoch, int rank,
+                       const std::vector<std::int64_t>& order, std::int64_t first,
+                       std::int64_t last) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  const std::string path = fmt::format("{}/samples-epoch{}-rank{}.txt", dir, epoch + 1, rank);
+  std::FILE* f = std::fopen(path.c_str(), "a");
+  if (f == nullptr) {
+    throw UserError(
+        fmt::format("--debug-sample-log: cannot append to {}: {}", path, std::strerror(errno)));
+  }
+  for (std::int64_t i = first; i < last; ++i)
+    std::fprintf(f, "%lld\n", static_cast<long long>(order[static_cast<std::size_t>(i)]));
+  std::fclose(f);
+}
 
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t) {
@@ -514,6 +535,7 @@ TrainResult Trainer::run() {
     const std::vector<std::int64_t> order = sampler.indices();
     // Once per epoch: the backend keeps the order next to the data (no per-step upload).
     ops_.set_order(Ops::kTrain, order);
+    const std::int64_t epoch_first = offset_;
     t0 = Clock::now();
     while (offset_ < static_cast<std::int64_t>(order.size()) && step_ < total_steps_) {
       const auto b = static_cast<std::size_t>(offset_);
@@ -569,6 +591,8 @@ TrainResult Trainer::run() {
         t0 = Clock::now();
       }
     }
+    if (!cfg_.debug_sample_log.empty())
+      append_sample_log(cfg_.debug_sample_log, epoch_, comm_.rank(), order, epoch_first, offset_);
     if (stop != 0) break;
     stop_clock();
     if (window_images_ > 0) log_window(epoch_, train_seconds);

@@ -4,8 +4,14 @@
 export OMPI_MCA_rmaps_base_oversubscribe=1
 export OMPI_MCA_hwloc_base_binding_policy=none
 export OMPI_MCA_mpi_yield_when_idle=1
-export OMPI_MCA_pml=ucx OMPI_MCA_pml_ucx_tls=any OMPI_MCA_pml_ucx_devices=any OMPI_MCA_btl=self
-export UCX_NET_DEVICES=lo
+# MNIST_DDP_MPI_PML=ob1: Open MPI's own PML over shared memory (vader) instead of UCX. The
+# ThreadSanitizer runs need it: TSan's spin-lock interceptors crash inside UCX (libuct).
+if [[ "${MNIST_DDP_MPI_PML:-ucx}" == ob1 ]]; then
+  export OMPI_MCA_pml=ob1 OMPI_MCA_btl=self,vader
+else
+  export OMPI_MCA_pml=ucx OMPI_MCA_pml_ucx_tls=any OMPI_MCA_pml_ucx_devices=any OMPI_MCA_btl=self
+  export UCX_NET_DEVICES=lo
+fi
 export OMPI_MCA_btl_tcp_if_include=lo OMPI_MCA_oob_tcp_if_include=lo
 if [[ $(id -u) -eq 0 ]]; then
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1

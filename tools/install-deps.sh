@@ -19,8 +19,9 @@ PACKAGES=(
   python3-matplotlib                    # tools/plot_metrics
 )
 # --tests: OpenCV's dnn module, the ONNX runtime the export test runs the exported model with.
+# --tests: also Debian's clang and its libFuzzer/sanitizer runtimes (`make fuzz`).
 if [[ "${1:-}" == --tests ]]; then
-  PACKAGES+=(python3-opencv)
+  PACKAGES+=(python3-opencv clang libclang-rt-14-dev)
 fi
 # --tests: the Slurm tests start their own munged/slurmctld/slurmd, which needs root, so as root
 # (CI) `make test` also brings the daemons' packages (MNIST_DDP_SLURM_TESTS=0 leaves them out);

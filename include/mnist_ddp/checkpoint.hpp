@@ -155,6 +155,17 @@ std::optional<std::pair<std::string, TrainingState>> find_resume_checkpoint(
 bool broadcast_training_state(Comm& comm, std::optional<TrainingState>& state,
                               const CheckpointLayout& layout);
 
+// --verify-checkpoints: every complete-named checkpoint of dir (newest first) loaded the way
+// --resume loads it. `error` is empty for a file that passes, else the loader's UserError text.
+struct CheckpointVerdict {
+  std::string path;
+  std::int64_t step = -1;       // of a file that passes
+  std::int64_t world_size = 0;  // of a file that passes
+  std::string error;
+};
+std::vector<CheckpointVerdict> verify_checkpoints(const std::string& dir,
+                                                  const CheckpointLayout& layout);
+
 // Deletes all but the newest `keep` checkpoints.
 void prune_checkpoints(const std::string& dir, int keep);
 

@@ -62,12 +62,14 @@ struct Config {
   std::int64_t local_sgd_start = -1;  // post-local SGD from this step on; -1: off
   std::int64_t local_sgd_period = 4;  // global parameter average every this many steps
   bool print_env = false;
+  bool verify_checkpoints = false;  // --verify-checkpoints: check --checkpoint-dir, then exit
   bool eval_only = false;           // --eval-only: evaluate the --resume checkpoint, no training
   std::string init_weights;         // --init-weights PATH: a new run from that model (step 0)
   double collective_timeout = 300;  // seconds a collective may take before the job is aborted
   bool debug_collectives = false;   // fingerprint check across ranks before every collective
   int debug_hang_rank = -1;         // test seam: this rank stops before step 3 (forever)
   int debug_exit_rank = -1;         // test seam: this rank exits 1 before step 3
+  std::string debug_sample_log;     // test seam: DIR for each rank's consumed sample indices
   bool debug_fail_capture = false;  // test seam: every CUDA graph capture fails (eager fallback)
   bool requeue = false;             // on the requeue signal / SIGTERM under Slurm: scontrol requeue
   int requeue_signal = SIGUSR1;     // --requeue-signal (signals.hpp parse_signal)

@@ -25,7 +25,9 @@ struct IdxLabels {
 };
 
 // Reads the whole file, decompressing if it is gzip (detected from the content, not the name).
-std::vector<std::uint8_t> read_maybe_gz(const std::string& path);
+// idx_ndims > 0: the file is an IDX file of that many dims, and reading stops one byte past the
+// size its header declares (a gzip bomb or a wrong file cannot allocate without bound).
+std::vector<std::uint8_t> read_maybe_gz(const std::string& path, int idx_ndims = 0);
 
 // Parse + validate from bytes already in memory (`path` only names the source in errors).
 IdxImages parse_idx_images(const std::vector<std::uint8_t>& bytes, const std::string& path);

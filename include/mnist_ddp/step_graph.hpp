@@ -50,9 +50,9 @@ class StepGraphs {
   const std::string& last_failure() const { return last_failure_; }
 
  private:
-  void* stream_;
+  [[maybe_unused]] void* stream_;  // unused by the CPU-only build (cuda_stub.cpp)
   CaptureHooks hooks_;
-  bool inject_failure_;
+  [[maybe_unused]] bool inject_failure_;
   std::map<int, int> eager_runs_;  // batch size -> eager steps so far
   std::map<int, void*> execs_;     // batch size -> cudaGraphExec_t
   std::set<int> eager_only_;       // batch sizes whose capture failed

@@ -2,7 +2,8 @@
 # tests/run_tests.sh. Every launch runs under `timeout` (the 2-core machine can stall). No `bc`:
 # the GPU machine's image lacks it, so arithmetic on decimals goes through awk.
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-BIN="$REPO/mnist_ddp"
+# MNIST_DDP_BIN: the binary under test (tests/run_sanitized.sh points it at a sanitizer build).
+BIN="${MNIST_DDP_BIN:-$REPO/mnist_ddp}"
 source "$REPO/tests/mpi_env.sh"
 # MNIST_DDP_E2E_KEEP=DIR keeps each script's outputs under DIR (tools/gpu-suite.sh archives
 # them); otherwise they live in a temporary directory removed at exit.

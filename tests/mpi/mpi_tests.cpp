@@ -30,9 +30,11 @@
 namespace mnist_ddp {
 namespace {
 
+// The world communicator of this file's tests: made after MPI_Init and destroyed in main before
+// MPI_Finalize (its user-defined MPI ops are freed with it), never a function-local static.
+std::unique_ptr<Comm> g_world;
 Comm& comm() {
-  static std::unique_ptr<Comm> c = make_mpi_comm();
-  return *c;
+  return *g_world;
 }
 
 TEST(Collectives, AllreduceClosedForms) {
@@ -386,7 +388,9 @@ int main(int argc, char** argv) {
   mnist_ddp::set_error_identity(rank, mnist_ddp::host_name());
   auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
   if (rank != 0) delete listeners.Release(listeners.default_result_printer());
+  mnist_ddp::g_world = mnist_ddp::make_mpi_comm();
   int failed = RUN_ALL_TESTS() != 0 ? 1 : 0;
+  mnist_ddp::g_world.reset();
   // Collective: the suite fails if any rank saw a failure (rank 0 alone prints).
   MPI_Allreduce(MPI_IN_PLACE, &failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
   if (rank == 0 && failed) std::printf("mpi_tests: a failure was reported on at least one rank\n");

@@ -445,7 +445,22 @@ TEST_F(CheckpointTest, RejectsIncompleteWrongVersionAndWrongModel) {
   expect_error([&] { load_checkpoint(p3, other); }, p3, "incompatible model");
   const std::string junk = (dir_ / "ckpt-00000099.h5").string();
   std::ofstream(junk) << "not hdf5";
-  expect_error([&] { load_checkpoint(junk, layout_); }, junk, "not an HDF5 file");
+  expect_error([&] { load_checkpoint(junk, layout_); }, junk, "truncated or not a checkpoint");
+  // A well-formed HDF5 file without mnist_ddp's file CRC line never reaches HDF5's parser.
+  const std::string plain = (dir_ / "ckpt-00000098.h5").string();
+  const hid_t f = H5Fcreate(plain.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+  ASSERT_GE(f, 0);
+  std::vector<float> big(1000, 1.0f);
+  const hsize_t n = big.size();
+  const hid_t space = H5Screate_simple(1, &n, nullptr);
+  const hid_t d =
+      H5Dcreate2(f, "x", H5T_NATIVE_FLOAT, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+  H5Dwrite(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, big.data());
+  H5Dclose(d);
+  H5Sclose(space);
+  H5Fclose(f);
+  expect_error([&] { load_checkpoint(plain, layout_); }, plain, "no file CRC line at its start");
+  expect_error([&] { load_model_weights(plain, layout_); }, plain, "no file CRC line at its start");
 }
 
 TEST_F(CheckpointTest, ResumeFallsBackToThePreviousFile) {

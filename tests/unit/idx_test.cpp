@@ -126,6 +126,21 @@ TEST_F(IdxFiles, RejectsTrailingBytes) {
   expect_error([&] { read_idx_labels(p); }, p, "unexpected bytes");
 }
 
+// A gzip "bomb": 10 bytes of header and labels, then 256 MiB of zeros that compress to ~250 KiB.
+// The reader stops one byte past what the header declares instead of allocating it all.
+TEST_F(IdxFiles, GzipBombStopsAtTheDeclaredSize) {
+  const auto p = (dir_ / "bomb.gz").string();
+  gzFile f = gzopen(p.c_str(), "wb9");
+  ASSERT_NE(f, nullptr);
+  const Bytes head = labels_file(2);
+  gzwrite(f, head.data(), static_cast<unsigned>(head.size()));
+  const Bytes zeros(1 << 20, 0);
+  for (int i = 0; i < 256; ++i) gzwrite(f, zeros.data(), static_cast<unsigned>(zeros.size()));
+  gzclose(f);
+  EXPECT_EQ(read_maybe_gz(p, 1).size(), head.size() + 1);
+  expect_error([&] { read_idx_labels(p); }, p, "unexpected bytes after the 2 labels");
+}
+
 TEST_F(IdxFiles, RejectsShortHeader) {
   const auto p = write("short", Bytes{0, 0, 8});
   expect_error([&] { read_idx_images(p); }, p, "too short");

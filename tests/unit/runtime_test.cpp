@@ -83,6 +83,17 @@ TEST(Runtime, PmixMismatchIsExplained) {
   EXPECT_NE(m.find("PMIX_RANK=0"), std::string::npos) << m;
 }
 
+// Found by tests/fuzz (fuzz_env): a launcher local rank outside the node's MPI group (it picks
+// the GPU) is a mismatch, named with the variable, not a silent identity.
+TEST(Runtime, LauncherLocalRankOutsideTheNodeIsExplained) {
+  const std::string m = error_of(0, 4, {{"SLURM_LOCALID", "1"}});  // MPI: 1 rank on the node
+  EXPECT_NE(m.find("SLURM_LOCALID = 1 but MPI finds 1 rank(s) on this node"), std::string::npos)
+      << m;
+  const std::string o =
+      error_of(0, 2, {{"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_LOCAL_RANK", "-1"}});
+  EXPECT_NE(o.find("OMPI_COMM_WORLD_LOCAL_RANK = -1"), std::string::npos) << o;
+}
+
 TEST(Runtime, SplitTypeIsTheFallbackForLocalRank) {
   const Identity id = derive_identity(3, 4, loc(1, 2), {}, "h", 1);
   EXPECT_EQ(id.local_rank, 1);
