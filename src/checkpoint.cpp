@@ -209,14 +209,25 @@ void require_storage(hid_t ds, bool f32_chunked, const std::string& where,
                      const std::string& name) {
   H5Handle dcpl(HDF5_CHECK(H5Dget_create_plist(ds)), H5Pclose);
   H5Handle type(HDF5_CHECK(H5Dget_type(ds)), H5Tclose);
+  H5Handle space(HDF5_CHECK(H5Dget_space(ds)), H5Sclose);
   const H5D_layout_t layout = H5Pget_layout(dcpl.get());
-  const bool ok = f32_chunked
-                      ? layout == H5D_CHUNKED && H5Tget_class(type.get()) == H5T_FLOAT &&
-                            H5Tget_size(type.get()) == 4 &&
-                            H5Pget_filter_by_id2(dcpl.get(), H5Z_FILTER_FLETCHER32, nullptr,
-                                                 nullptr, nullptr, 0, nullptr, nullptr) >= 0
-                      : layout == H5D_CONTIGUOUS && H5Tget_class(type.get()) == H5T_INTEGER &&
-                            H5Tget_size(type.get()) == 8 && H5Dget_storage_size(ds) == 8;
+  bool ok = false;
+  if (f32_chunked) {
+    // float32 little-endian, Fletcher32 the only filter, one chunk the shape of the dataset.
+    const int rank = H5Sget_simple_extent_ndims(space.get());
+    std::vector<hsize_t> dims(static_cast<std::size_t>(std::max(rank, 0)));
+    std::vector<hsize_t> chunk(dims.size());
+    ok = layout == H5D_CHUNKED && rank > 0 && H5Tequal(type.get(), H5T_IEEE_F32LE) > 0 &&
+         H5Pget_nfilters(dcpl.get()) == 1 &&
+         H5Pget_filter_by_id2(dcpl.get(), H5Z_FILTER_FLETCHER32, nullptr, nullptr, nullptr, 0,
+                              nullptr, nullptr) >= 0 &&
+         H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr) == rank &&
+         H5Pget_chunk(dcpl.get(), rank, chunk.data()) == rank && chunk == dims;
+  } else {
+    // One int64 little-endian in 8 contiguous bytes, a scalar dataspace.
+    ok = layout == H5D_CONTIGUOUS && H5Tequal(type.get(), H5T_STD_I64LE) > 0 &&
+         H5Sget_simple_extent_type(space.get()) == H5S_SCALAR && H5Dget_storage_size(ds) == 8;
+  }
   H5Eclear2(H5E_DEFAULT);
   if (!ok) {
     throw UserError(fmt::format(
@@ -436,6 +447,7 @@ void stamp_file_crc(const std::string& path) {
 // and leaks on damaged metadata). UserError when anything does not match.
 void verify_file_crc(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
+  if (!in) throw UserError(fmt::format("cannot be read: {}", std::strerror(errno)));
   std::string head(kUserBlock, '\0');
   in.read(head.data(), static_cast<std::streamsize>(head.size()));
   if (in.gcount() != static_cast<std::streamsize>(kUserBlock)) {
@@ -447,8 +459,9 @@ void verify_file_crc(const std::string& path) {
   if (head.rfind(kFileCrcTag, 0) != 0) {
     throw UserError(
         "no file CRC line at its start (every checkpoint and weights file mnist_ddp writes "
-        "begins with one): damaged, or not written by mnist_ddp; unverified bytes are not "
-        "handed to HDF5");
+        "begins with one): damaged, not written by mnist_ddp, or written before the line existed; "
+        "unverified bytes are not handed to HDF5. For a file you trust: "
+        "tools/stamp_file_crc.py FILE");
   }
   unsigned crc = 0;
   unsigned long long size = 0;

@@ -75,20 +75,29 @@ void check_length(const std::vector<std::uint8_t>& b, const std::string& path, s
 
 }  // namespace
 
-// The most bytes an IDX file with this header can hold (header + the product of its dims), or
-// nullopt while the header is incomplete or not an unsigned-byte IDX header of `ndims` dims.
+namespace {
+
+// More IDX data than any MNIST-format set needs (EMNIST byclass, the largest, is 0.6 GiB).
+constexpr std::uint64_t kMaxIdxPayload = std::uint64_t{8} << 30;
+
+// The most bytes worth reading from an IDX file of `ndims` dims: the header + the product of its
+// dims; or only the header when it is not a valid one (magic, element type, dims, 28x28 images,
+// the size cap), since the parser then names what is wrong; nullopt while the header is incomplete.
 std::optional<std::uint64_t> idx_size_bound(const std::vector<std::uint8_t>& b, int ndims) {
   const std::size_t header = 4 + 4 * static_cast<std::size_t>(ndims);
-  if (ndims <= 0 || b.size() < header || b[0] != 0 || b[1] != 0 || b[2] != 0x08 || b[3] != ndims)
-    return std::nullopt;
+  if (ndims <= 0 || b.size() < header) return std::nullopt;
+  if (b[0] != 0 || b[1] != 0 || b[2] != 0x08 || b[3] != ndims) return header;
   std::uint64_t payload = 1;
   for (int i = 0; i < ndims; ++i) {
-    // Each dim is < 2^32; stop multiplying once past any real file (no overflow).
-    payload *= be32(&b[4 + 4 * static_cast<std::size_t>(i)]);
-    if (payload > (std::uint64_t{1} << 40)) return std::uint64_t{1} << 40;
+    const std::uint32_t d = be32(&b[4 + 4 * static_cast<std::size_t>(i)]);
+    if (ndims == 3 && i > 0 && d != 28) return header;
+    payload *= d;  // < 2^32 * 28 * 28: no overflow
   }
+  if (payload > kMaxIdxPayload) return header;
   return header + payload;
 }
+
+}  // namespace
 
 std::vector<std::uint8_t> read_maybe_gz(const std::string& path, int idx_ndims) {
   // gzopen reads plain files transparently, so one path handles raw and .gz.
@@ -114,8 +123,8 @@ std::vector<std::uint8_t> read_maybe_gz(const std::string& path, int idx_ndims) 
     }
     if (n == 0) break;
     out.insert(out.end(), buf, buf + n);
-    // Never more than the header declares (+1 byte, for the "unexpected bytes" error): a
-    // small gzip bomb or a wrong file cannot make this allocate without bound.
+    // Never more than the header declares (+1 byte, for the "unexpected bytes" error), and only
+    // the header of an invalid one: a gzip bomb or a wrong file cannot allocate without bound.
     if (!limit) limit = idx_size_bound(out, idx_ndims);
     if (limit && out.size() > *limit) {
       out.resize(static_cast<std::size_t>(*limit) + 1);
@@ -147,6 +156,12 @@ IdxImages parse_idx_images(const std::vector<std::uint8_t>& b, const std::string
     throw UserError(fmt::format("{}: the header declares {} images", path, dims[0]));
   }
   const std::uint64_t payload = std::uint64_t{dims[0]} * dims[1] * dims[2];
+  if (payload > kMaxIdxPayload) {
+    throw UserError(fmt::format(
+        "{}: the header declares {} images ({:.1f} GiB), more than the {} GiB this reader "
+        "accepts; the file is corrupt or not MNIST-format",
+        path, dims[0], static_cast<double>(payload) / (1 << 30), kMaxIdxPayload >> 30));
+  }
   check_length(b, path, 16, payload, "images", dims[0]);
   IdxImages img;
   img.count = static_cast<int>(dims[0]);

@@ -144,7 +144,10 @@ int run(int argc, char** argv, int rank, int world, const MpiLocality& locality,
   ParseOutcome outcome = ParseOutcome::Run;
   // Each run_agreed below is one small all-reduce after a phase that can fail on some ranks
   // only (a file missing on one node, a node without GPUs): all ranks stop together, one prints.
-  run_agreed(*comm, [&] { outcome = parse_cli(argc, argv, cfg, rank == 0); });
+  run_agreed(*comm, [&] {
+    check_local_rank(id);
+    outcome = parse_cli(argc, argv, cfg, rank == 0);
+  });
   // The requeue signal stops like SIGTERM (checkpoint at the next step boundary).
   install_requeue_handler(cfg.requeue_signal);
   if (outcome == ParseOutcome::ExitOk) return kExitOk;

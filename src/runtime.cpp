@@ -119,10 +119,12 @@ Identity derive_identity(int mpi_rank, int mpi_world, const MpiLocality& mpi, co
   const auto slurm_local = get_int(env, "SLURM_LOCALID");
   if (ompi_local) {
     id.local_rank = *ompi_local;
+    id.local_rank_source = "OMPI_COMM_WORLD_LOCAL_RANK";
     id.derivation.push_back(
         fmt::format("local_rank: OMPI_COMM_WORLD_LOCAL_RANK = {}", *ompi_local));
   } else if (!ompi_rank && slurm_local) {
     id.local_rank = *slurm_local;
+    id.local_rank_source = "SLURM_LOCALID";
     id.derivation.push_back(fmt::format("local_rank: SLURM_LOCALID = {}", *slurm_local));
   } else {
     id.local_rank = mpi.local_rank;
@@ -130,17 +132,6 @@ Identity derive_identity(int mpi_rank, int mpi_world, const MpiLocality& mpi, co
         fmt::format("local_rank: MPI_Comm_split_type(SHARED) = {}", mpi.local_rank));
   }
   id.local_size = mpi.local_size;
-  if (id.local_rank < 0 || id.local_rank >= id.local_size) {
-    // The local rank chooses this rank's GPU: one outside the node's group would pick a GPU
-    // that another rank (or no rank) is meant to use.
-    throw UserError(fmt::format(
-        "launcher mismatch: {} = {} but MPI finds {} rank(s) on this node "
-        "(MPI_Comm_split_type(SHARED)), so a local rank must be 0..{}. The job script sets or "
-        "exports the launcher's variables by hand, or the binary's MPI is not the launcher's; "
-        "unset them and launch with this MPI's mpirun or `srun --mpi=pmix`.",
-        ompi_local ? "OMPI_COMM_WORLD_LOCAL_RANK" : "SLURM_LOCALID", id.local_rank, id.local_size,
-        id.local_size - 1));
-  }
   if (id.local_rank != mpi.local_rank) {
     id.derivation.push_back(fmt::format(
         "note: MPI_Comm_split_type(SHARED) gives local rank {}; the launcher's value {} is used",
@@ -151,6 +142,18 @@ Identity derive_identity(int mpi_rank, int mpi_world, const MpiLocality& mpi, co
   id.derivation.push_back(
       fmt::format("node: {} of {} (MPI: ranks with local rank 0)", mpi.node, mpi.num_nodes));
   return id;
+}
+
+void check_local_rank(const Identity& id) {
+  if (id.local_rank >= 0 && id.local_rank < id.local_size) return;
+  // The local rank chooses this rank's GPU: one outside the node's group would pick a GPU that
+  // another rank (or no rank) is meant to use.
+  throw UserError(fmt::format(
+      "launcher mismatch: {} = {} but MPI finds {} rank(s) on this node "
+      "(MPI_Comm_split_type(SHARED)), so a local rank must be 0..{}. The job script sets or "
+      "exports the launcher's variables by hand, or the binary's MPI is not the launcher's; "
+      "unset them and launch with this MPI's mpirun or `srun --mpi=pmix`.",
+      id.local_rank_source, id.local_rank, id.local_size, id.local_size - 1));
 }
 
 std::optional<std::string> launch_problem_before_mpi(const EnvMap& env) {

@@ -37,9 +37,13 @@ void append_sample_log(const std::string& dir, std::int64_t epoch, int rank,
     throw UserError(
         fmt::format("--debug-sample-log: cannot append to {}: {}", path, std::strerror(errno)));
   }
-  for (std::int64_t i = first; i < last; ++i)
-    std::fprintf(f, "%lld\n", static_cast<long long>(order[static_cast<std::size_t>(i)]));
-  std::fclose(f);
+  bool ok = true;
+  for (std::int64_t i = first; i < last && ok; ++i)
+    ok = std::fprintf(f, "%lld\n", static_cast<long long>(order[static_cast<std::size_t>(i)])) > 0;
+  if (std::fclose(f) != 0 || !ok) {
+    throw UserError(
+        fmt::format("--debug-sample-log: cannot write {}: {}", path, std::strerror(errno)));
+  }
 }
 
 using Clock = std::chrono::steady_clock;
@@ -591,8 +595,12 @@ TrainResult Trainer::run() {
         t0 = Clock::now();
       }
     }
-    if (!cfg_.debug_sample_log.empty())
-      append_sample_log(cfg_.debug_sample_log, epoch_, comm_.rank(), order, epoch_first, offset_);
+    if (!cfg_.debug_sample_log.empty()) {
+      // Collective (agreement): a log that cannot be written on one rank stops every rank.
+      run_agreed(comm_, [&] {
+        append_sample_log(cfg_.debug_sample_log, epoch_, comm_.rank(), order, epoch_first, offset_);
+      });
+    }
     if (stop != 0) break;
     stop_clock();
     if (window_images_ > 0) log_window(epoch_, train_seconds);

@@ -63,8 +63,9 @@ esac
 reports=0
 for f in "$REPORTS"/*; do
   [[ -f "$f" ]] || continue
-  if grep -qE "ERROR: (Address|Leak)Sanitizer|runtime error:|WARNING: ThreadSanitizer" "$f"; then
-    reports=$((reports + $(grep -cE "ERROR: (Address|Leak)Sanitizer|runtime error:|WARNING: ThreadSanitizer" "$f")))
+  pattern="(ERROR|WARNING|FATAL): [A-Za-z]*Sanitizer|runtime error:"
+  if grep -qE "$pattern" "$f"; then
+    reports=$((reports + $(grep -cE "$pattern" "$f")))
     echo "--- sanitizer report $f"; head -40 "$f"
   fi
 done

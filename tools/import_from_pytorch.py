@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from ckpt_crc import USERBLOCK, stamp_file_crc  # noqa: E402
 from convnet_torch import ConvNet  # noqa: E402
 
 FORMAT = "mnist_ddp-checkpoint"
@@ -93,19 +94,6 @@ def weights_crc32(arrays, mean, std, name):
     c = zlib.crc32(name.encode(), c)
     c = zlib.crc32(TRANSFORM.encode(), c)
     return c
-
-
-USERBLOCK = 512  # mnist_ddp's file CRC line lives in the HDF5 user block (checkpoint.cpp)
-
-
-def stamp_file_crc(path):
-    """The user block's line: the CRC32 of every byte after it, checked before HDF5 opens the file."""
-    with open(path, "r+b") as fh:
-        fh.seek(USERBLOCK)
-        rest = fh.read()
-        line = f"mnist_ddp-file-crc32 {zlib.crc32(rest):08x} size {len(rest)}\n".encode()
-        fh.seek(0)
-        fh.write(line.ljust(USERBLOCK, b"\0"))
 
 
 def write(out, arrays, mean, std, name):

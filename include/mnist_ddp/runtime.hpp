@@ -28,6 +28,8 @@ struct Identity {
   std::string host;
   long pid = 0;
   std::string launcher;  // "mpirun", "srun", "none" (singleton)
+  // Where local_rank came from: OMPI_COMM_WORLD_LOCAL_RANK, SLURM_LOCALID or MPI's split.
+  std::string local_rank_source = "MPI_Comm_split_type(SHARED)";
   std::vector<std::string> derivation;
 };
 
@@ -44,6 +46,11 @@ struct MpiLocality {
 // (message explains the likely cause and the fix).
 Identity derive_identity(int mpi_rank, int mpi_world, const MpiLocality& mpi, const EnvMap& env,
                          const std::string& host, long pid);
+
+// A launcher local rank outside [0, local_size) of MPI's node group (it picks the GPU) is a
+// UserError naming the variable. Separate from derive_identity so that main runs it inside an
+// agreement: the group size differs from node to node, so it can fail on some ranks only.
+void check_local_rank(const Identity& id);
 
 // MPI_Init_thread + MPI_ERRORS_RETURN on MPI_COMM_WORLD. Call first thing in main.
 void mpi_init(int* argc, char*** argv);

@@ -4,8 +4,8 @@
 # fault drawn at random: kill -9 of a random rank, SIGTERM to a random rank, SIGTERM to mpirun,
 # a full disk during a checkpoint write (a tmpfs sized to fill at a random checkpoint), or a
 # stuck rank (SIGSTOP). After each: the job must be gone within the watchdog time (plus a grace),
-# no rank may remain, every checkpoint left must pass --verify-checkpoints, no checkpoint older
-# than the fault may be lost, and --resume auto must finish the run bit for bit equal (h5diff of
+# no rank may remain, every checkpoint left must pass --verify-checkpoints, the newest checkpoint
+# from before the fault must survive (or a newer one: --keep 3 rotates), and --resume auto must finish the run bit for bit equal (h5diff of
 # model and optimizer) to an uninterrupted run. The seed is printed; CHAOS_SEED=S reproduces.
 source "$(dirname "$0")/../e2e/lib.sh"
 DATA="$REPO/data/dataset"
@@ -22,8 +22,10 @@ COMMON=(--device cpu --data "$DATA" --epochs 1 --max-steps "$STEPS" --checkpoint
 MOUNTS=()
 cleanup() {
   pkill -9 -f -- "--checkpoint-dir $TMP/" 2>/dev/null
-  for m in "${MOUNTS[@]}"; do umount "$m" 2>/dev/null; done
-  rm -rf "$TMP"
+  sleep 0.5
+  # Lazily: a mount still busy must not leave rm -rf emptying it.
+  for m in "${MOUNTS[@]}"; do umount -l "$m" 2>/dev/null; done
+  [[ -n "${MNIST_DDP_E2E_KEEP:-}" ]] || rm -rf "$TMP"
 }
 trap cleanup EXIT
 echo "chaos seed $SEED ($K runs; CHAOS_SEED=$SEED CHAOS_RUNS=$K reproduces)"
@@ -40,7 +42,8 @@ run ref 600 mpirun -np 2 "$BIN" "${COMMON[@]}" --checkpoint-dir "$TMP/ref" --log
 REF="$TMP/ref/ckpt-$(printf %08d $STEPS).h5"
 if [[ $RC -ne 0 || ! -f "$REF" ]]; then
   fail "uninterrupted reference run rc=$RC" "$(show)"
-  finish
+  echo "end - $(basename "$0" .sh)"
+  exit 1
 fi
 CKPT_BYTES=$(stat -c %s "$REF")
 can_mount=0
@@ -64,10 +67,15 @@ for i in $(seq 1 "$K"); do
   mkdir -p "$dir"
   env_seam=()
   what="$kind"
+  problems=()
   if [[ $kind == full_disk ]]; then
     if ((can_mount)); then
       kib=$(((fill - 1) * CKPT_BYTES / 1024 + CKPT_BYTES / 2048 + 8))
-      mount -t tmpfs -o "size=${kib}k" tmpfs "$dir" && MOUNTS+=("$dir")
+      if mount -t tmpfs -o "size=${kib}k" tmpfs "$dir"; then
+        MOUNTS+=("$dir")
+      else
+        problems+=("the ${kib} KiB tmpfs could not be mounted: no fault")
+      fi
       what="full_disk (${kib} KiB tmpfs: checkpoint $fill cannot be written)"
     else
       env_seam=(MNIST_DDP_TEST_FAIL_CHECKPOINT=enospc)
@@ -79,7 +87,7 @@ for i in $(seq 1 "$K"); do
     --log-dir "$TMP/log$i" >"$TMP/run$i.out" 2>&1; echo $? >"$TMP/run$i.rc") &
   job=$!
   t_fault=""
-  before=0
+  before=""
   if [[ $kind != full_disk ]]; then
     for _ in $(seq 1200); do
       grep -q "\"step\":$at[,}]" "$TMP/log$i/metrics.jsonl" 2>/dev/null && break
@@ -89,13 +97,20 @@ for i in $(seq 1 "$K"); do
     sleep "$(awk -v m="$delay_ms" 'BEGIN { printf "%.3f", m / 1000 }')"
     before=$(newest_step "$dir")
     mapfile -t pids < <(ranks "$dir")
+    target="${pids[$victim]:-}"
+    [[ $kind == sigterm_mpirun ]] && target="$(launcher "$dir")"
     t_fault=$(date +%s.%N)
-    case $kind in
-      kill9_rank) kill -9 "${pids[$victim]:-0}" 2>/dev/null ;;
-      sigterm_rank) kill -TERM "${pids[$victim]:-0}" 2>/dev/null ;;
-      sigterm_mpirun) kill -TERM "$(launcher "$dir")" 2>/dev/null ;;
-      stuck_rank) kill -STOP "${pids[$victim]:-0}" 2>/dev/null ;;
-    esac
+    # Never a bare `kill 0` (the whole process group, CI included): a run that ended before its
+    # fault is a failure of its own.
+    if [[ "$target" =~ ^[0-9]+$ ]]; then
+      case $kind in
+        kill9_rank) kill -9 "$target" 2>/dev/null ;;
+        sigterm_rank | sigterm_mpirun) kill -TERM "$target" 2>/dev/null ;;
+        stuck_rank) kill -STOP "$target" 2>/dev/null ;;
+      esac
+    else
+      problems+=("fault not delivered: no process to hit (the run ended before step $at?)")
+    fi
   else
     t_fault=$(date +%s.%N)
   fi
@@ -120,7 +135,6 @@ for i in $(seq 1 "$K"); do
   run "resume$i" 600 mpirun -np 2 "$BIN" "${COMMON[@]}" --resume auto --checkpoint-dir "$rdir" --log-dir "$TMP/log$i"
   from=$(grep -oE "resume: step [0-9]+" "$OUT" | grep -oE "[0-9]+$")
   final="$rdir/ckpt-$(printf %08d $STEPS).h5"
-  problems=()
   [[ $rc -ne 0 || $kind == full_disk ]] || [[ $kind == sigterm_rank || $kind == sigterm_mpirun ]] ||
     problems+=("the faulted run exited 0")
   holds "$gone < $WATCHDOG + $GRACE" || problems+=("job took ${gone}s to go (bound $((WATCHDOG + GRACE)) s)")
@@ -136,7 +150,7 @@ for i in $(seq 1 "$K"); do
     problems+=("resume rc=$RC did not end bit-exact ($(tail -2 "$ERR" | tr '\n' ' '))")
   fi
   verified=$((verified + nver))
-  summary="$what after step $at+${delay_ms}ms (rank $victim): exit $rc, gone in ${gone%??????}s, $nver checkpoint(s) verified, resumed from step ${from:-0}"
+  summary="$what after step $at+${delay_ms}ms (rank process $((victim + 1)) of 2 by pid): exit $rc, gone in ${gone%??????}s, $nver checkpoint(s) verified, resumed from step ${from:-0}"
   if ((${#problems[@]} == 0)); then
     pass "run $i: $summary, bit-exact"
   else

@@ -114,11 +114,11 @@ done
 # --- incompatible file refused ------------------------------------------------------------------
 cp "$TMP/A/ckpt-00000300.h5" "$TMP/v99.h5"
 # A file as a future mnist_ddp would write it: version 99, with a valid file CRC (the user block's
-# line over every later byte, as checkpoint.cpp and tools/import_from_pytorch.py stamp it).
+# line over every later byte, as checkpoint.cpp and tools/ckpt_crc.py stamp it).
 $PY -c "
 import sys, h5py
 sys.path.insert(0, '$REPO/tools')
-from import_from_pytorch import stamp_file_crc
+from ckpt_crc import stamp_file_crc
 f = h5py.File('$TMP/v99.h5', 'r+'); f.attrs.modify('format_version', 99); f.close()
 stamp_file_crc('$TMP/v99.h5')"
 train incompatible "$TMP/I" --resume "$TMP/v99.h5"

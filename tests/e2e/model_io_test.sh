@@ -162,4 +162,20 @@ PYONNX
 else
   echo "skip - onnx export (python3-torch/python3-h5py/python3-opencv not installed)"
 fi
+# --- a file without the file CRC line (as written before the line existed) ---------------------
+# Refused before HDF5 parses it, naming the tool; tools/stamp_file_crc.py gives a trusted one the
+# line back (h5jam writes the user block first) and it verifies and loads again.
+mkdir -p "$TMP/legacy"
+h5unjam -i "$TMP/t/ckpt-00000060.h5" -o "$TMP/legacy/ckpt-00000060.h5" >/dev/null 2>&1
+run legacy_refused 60 "$BIN" --verify-checkpoints --checkpoint-dir "$TMP/legacy"
+refused_rc=$RC
+refused=$(grep -c "^BAD .*ckpt-00000060.h5: no file CRC line at its start.*tools/stamp_file_crc.py" "$OUT")
+run legacy_stamp 60 $PY "$REPO/tools/stamp_file_crc.py" "$TMP/legacy/ckpt-00000060.h5"
+run legacy_ok 60 "$BIN" --verify-checkpoints --checkpoint-dir "$TMP/legacy"
+if [[ $refused_rc -eq 2 && $refused == 1 && $RC -eq 0 ]] && grep -q "^ok .*ckpt-00000060.h5 (step 60, world size 2)" "$OUT" &&
+   h5diff -q "$TMP/t/ckpt-00000060.h5" "$TMP/legacy/ckpt-00000060.h5" >/dev/null; then
+  pass "file_without_crc_line_refused_then_stamped_and_loaded (--verify-checkpoints, tools/stamp_file_crc.py)"
+else
+  fail "file_without_crc_line refused_rc=$refused_rc refused=$refused rc=$RC" "$(show)"
+fi
 finish

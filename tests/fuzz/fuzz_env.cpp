@@ -34,6 +34,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   (void)mnist_ddp::launch_problem_before_mpi(env);
   try {
     const mnist_ddp::Identity id = mnist_ddp::derive_identity(rank, world, mpi, env, "node0", 42);
+    mnist_ddp::check_local_rank(id);
     if (id.rank != rank || id.world != world) __builtin_trap();
     if (id.local_rank < 0 || id.local_rank >= id.local_size) __builtin_trap();
     if (id.node < 0 || id.node >= id.num_nodes) __builtin_trap();

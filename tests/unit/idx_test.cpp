@@ -139,6 +139,25 @@ TEST_F(IdxFiles, GzipBombStopsAtTheDeclaredSize) {
   gzclose(f);
   EXPECT_EQ(read_maybe_gz(p, 1).size(), head.size() + 1);
   expect_error([&] { read_idx_labels(p); }, p, "unexpected bytes after the 2 labels");
+  // A bomb whose header is not a labels header (an images file here): the header is enough.
+  const auto q = (dir_ / "bomb-images.gz").string();
+  gzFile g = gzopen(q.c_str(), "wb9");
+  ASSERT_NE(g, nullptr);
+  const Bytes img = images_file(1);
+  gzwrite(g, img.data(), static_cast<unsigned>(img.size()));
+  for (int i = 0; i < 256; ++i) gzwrite(g, zeros.data(), static_cast<unsigned>(zeros.size()));
+  gzclose(g);
+  EXPECT_EQ(read_maybe_gz(q, 1).size(), 8u + 1);
+  expect_error([&] { read_idx_labels(q); }, q, "IDX file has 3 dimensions, expected 1");
+  // A header declaring more than the reader accepts (16 GiB of pixels) is refused by size.
+  Bytes huge = images_file(1);
+  huge[4] = 0x01;  // 2^24 + 1 images... times 784 = 12.3 GiB
+  huge[5] = 0x00;
+  huge[6] = 0x00;
+  huge[7] = 0x01;
+  const auto h = write("huge", huge);
+  EXPECT_EQ(read_maybe_gz(h, 3).size(), 16u + 1);
+  expect_error([&] { read_idx_images(h); }, h, "more than the 8 GiB this reader accepts");
 }
 
 TEST_F(IdxFiles, RejectsShortHeader) {

@@ -18,7 +18,7 @@ MpiLocality loc(int lr, int ls) {
 
 std::string error_of(int rank, int world, const EnvMap& env) {
   try {
-    derive_identity(rank, world, loc(0, 1), env, "h", 1);
+    check_local_rank(derive_identity(rank, world, loc(0, 1), env, "h", 1));
   } catch (const UserError& e) {
     return e.what();
   }
