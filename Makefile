@@ -68,7 +68,7 @@ CXXFLAGS += -std=c++20 $(ARCH_FLAGS) -fopenmp-simd -Wall -Wextra -Wno-unused-par
 # SANITIZE: extra compile and link flags for the sanitizer builds (`make test-sanitize`).
 SANITIZE ?=
 CXXFLAGS += $(SANITIZE)
-CPPFLAGS += -DOMPI_SKIP_MPICXX=1 -DMPICH_SKIP_MPICXX=1 -Iinclude $(BLAS_CFLAGS) $(DNNL_CFLAGS) $(HDF5_CFLAGS) $(SPDLOG_CFLAGS) -MMD -MP
+CPPFLAGS += -DOMPI_SKIP_MPICXX=1 -DMPICH_SKIP_MPICXX=1 -Iinclude -Isrc $(BLAS_CFLAGS) $(DNNL_CFLAGS) $(HDF5_CFLAGS) $(SPDLOG_CFLAGS) -MMD -MP
 LDLIBS += $(CUDA_LIBS) $(DNNL_LIBS) $(HDF5_LIBS) $(BLAS_LIBS) $(SPDLOG_LIBS) -lz -lgomp -pthread
 
 # BUILD/BIN let both configurations live side by side (CI builds USE_CUDA=0 in build/cpu-only).
@@ -76,21 +76,23 @@ BUILD ?= build
 BIN ?= mnist_ddp
 # ---- sources -----------------------------------------------------------------------------------
 ifeq ($(USE_CUDA),1)
-LIB_SRCS := $(filter-out src/main.cpp src/cuda_stub.cpp,$(wildcard src/*.cpp src/cpu/*.cpp))
-CU_SRCS := $(wildcard src/cuda/*.cu)
+# Sources by folder (src/<concern>/, backends in src/<concern>/{cpu,cuda}/); src/stub/ only
+# without CUDA.
+LIB_SRCS := $(filter-out src/app/main.cpp src/stub/%,$(wildcard src/*/*.cpp src/*/*/*.cpp))
+CU_SRCS := $(wildcard src/*/*.cu src/*/*/*.cu)
 CUDA_LIBDIRS := $(sort $(CUDA_HOME)/lib64 $(CUDNN_HOME)/lib64 $(NCCL_HOME)/lib64)
 CUDA_LIBS := $(foreach d,$(CUDA_LIBDIRS),-L$(d) -Wl,-rpath,$(d)) -lcudnn -lcublas -lnccl -lcudart -ldl
 CUDA_INCLUDES := $(sort -I$(CUDA_HOME)/include -I$(CUDNN_HOME)/include -I$(NCCL_HOME)/include)
 NVCCFLAGS ?= -O3 -std=c++20 $(CUDA_ARCH) -lineinfo
 else
-LIB_SRCS := $(filter-out src/main.cpp,$(wildcard src/*.cpp src/cpu/*.cpp))
+LIB_SRCS := $(filter-out src/app/main.cpp,$(wildcard src/*/*.cpp src/*/*/*.cpp))
 CU_SRCS :=
 CUDA_LIBS :=
 CUDA_INCLUDES :=
 endif
 CU_OBJS := $(CU_SRCS:%.cu=$(BUILD)/%.o)
 LIB_OBJS := $(LIB_SRCS:%.cpp=$(BUILD)/%.o) $(CU_OBJS)
-MAIN_OBJ := $(BUILD)/src/main.o
+MAIN_OBJ := $(BUILD)/src/app/main.o
 # tests/common: helpers both test binaries share (the GPU probe).
 TEST_COMMON_SRCS := $(wildcard tests/common/*.cpp)
 UNIT_SRCS := $(wildcard tests/unit/*.cpp) $(TEST_COMMON_SRCS)
@@ -107,7 +109,7 @@ MPI_TEST_BIN := $(BUILD)/tests/mpi_tests
 BENCH_BIN := $(BUILD)/bench/ops_bench
 COMM_BENCH_BIN := $(BUILD)/bench/comm_bench
 
-.PHONY: all summary test test-only test-slurm test-sanitize test-chaos fuzz bench bench-only run deps data clean format help bundle
+.PHONY: all summary test test-only test-unit test-mpi test-e2e test-slurm test-sanitize test-chaos fuzz bench bench-only run deps data clean format help bundle
 all: summary $(BIN)
 
 summary:
@@ -130,7 +132,7 @@ $(BUILD)/%.o: %.cpp
 # CUDA translation units: nvcc with the host compiler's MPI flags (nvcc cannot drive mpicxx).
 $(BUILD)/%.o: %.cu
 	@mkdir -p $(@D)
-	$(NVCC) $(NVCCFLAGS) $(CUDA_INCLUDES) -DOMPI_SKIP_MPICXX=1 -Iinclude $(MPI_CFLAGS) $(HDF5_CFLAGS) -MMD -MP -c -o $@ $<
+	$(NVCC) $(NVCCFLAGS) $(CUDA_INCLUDES) -DOMPI_SKIP_MPICXX=1 -Iinclude -Isrc $(MPI_CFLAGS) $(HDF5_CFLAGS) -MMD -MP -c -o $@ $<
 
 $(UNIT_BIN): $(UNIT_OBJS) $(LIB_OBJS)
 	$(CXX) $(CXXFLAGS) -o $@ $^ -lgtest -lgtest_main $(LDLIBS)
@@ -167,6 +169,15 @@ test:
 
 test-only: all $(UNIT_BIN) $(MPI_TEST_BIN) $(BENCH_BIN) $(COMM_BENCH_BIN)
 	@tests/run_tests.sh
+
+# One layer of the suite; FILTER= narrows it (a GoogleTest filter for unit/mpi, a name pattern for
+# e2e/slurm), e.g. `make test-unit FILTER='IdxFiles.*'`, `make test-e2e FILTER=checkpoint`.
+test-unit: all $(UNIT_BIN)
+	@tests/run_tests.sh unit
+test-mpi: all $(MPI_TEST_BIN)
+	@tests/run_tests.sh mpi
+test-e2e: all $(BENCH_BIN) $(COMM_BENCH_BIN)
+	@tests/run_tests.sh e2e
 
 # The CPU configuration under the sanitizers (tests/run_sanitized.sh): ASan + UBSan + LSan on the
 # unit, MPI and end-to-end suites (build/asan), then ThreadSanitizer on the threaded paths
@@ -215,7 +226,7 @@ test-chaos: all
 test-slurm: all
 	@tools/install-deps.sh --tests
 	@data/prepare.sh
-	@bash tests/slurm/slurm_test.sh
+	@tests/run_tests.sh slurm
 
 bench:
 	@tools/install-deps.sh
@@ -238,8 +249,8 @@ bundle:
 	@BUNDLE_BUILD=build/bundle tools/make-bundle.sh
 
 format:
-	clang-format -i include/mnist_ddp/*.hpp src/*.cpp src/cpu/*.cpp src/cuda/*.cu src/cuda/*.hpp tests/unit/*.cpp \
-	  tests/unit/*.hpp tests/mpi/*.cpp tests/mpi/*.cu tests/common/*.cpp tests/common/*.hpp bench/*.cpp \
+	clang-format -i include/mnist_ddp/*/*.hpp src/*/*.cpp src/*/*/*.cpp src/*/*.hpp src/*/*/*.hpp src/*/*/*.cu tests/unit/*.cpp \
+	  tests/unit/*.hpp tests/mpi/*.cpp tests/mpi/*.hpp tests/mpi/*.cu tests/common/*.cpp tests/common/*.hpp bench/*.cpp \
 	  tests/fuzz/*.cpp tests/fuzz/*.hpp
 
 clean:
@@ -250,6 +261,7 @@ help:
 	@echo "make run      install deps, fetch data, train on 2 CPU ranks (ARGS='--epochs 1' to pass flags,"
 	@echo "              DEVICE=cuda for the GPU)"
 	@echo "make test     install deps, fetch data, run unit, MPI and end-to-end tests (+ Slurm as root)"
+	@echo "make test-unit | test-mpi | test-e2e  one layer of the suite (FILTER= narrows it)"
 	@echo "make test-slurm  the Slurm workflows on a real local 2-node Slurm (root)"
 	@echo "make test-sanitize  unit, MPI and e2e suites under ASan + UBSan + LSan, threaded paths under TSan"
 	@echo "make test-chaos  20 training runs each hit by a random fault at a random moment (CHAOS_SEED, CHAOS_RUNS)"

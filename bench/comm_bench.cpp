@@ -14,14 +14,14 @@
 #include <memory>
 #include <vector>
 
-#include "mnist_ddp/check.hpp"
-#include "mnist_ddp/comm.hpp"
-#include "mnist_ddp/compress.hpp"
-#include "mnist_ddp/device.hpp"
-#include "mnist_ddp/model.hpp"
-#include "mnist_ddp/ops.hpp"
-#include "mnist_ddp/reducer.hpp"
-#include "mnist_ddp/runtime.hpp"
+#include "mnist_ddp/dist/comm.hpp"
+#include "mnist_ddp/dist/compress.hpp"
+#include "mnist_ddp/dist/reducer.hpp"
+#include "mnist_ddp/model/model.hpp"
+#include "mnist_ddp/ops/ops.hpp"
+#include "mnist_ddp/runtime/check.hpp"
+#include "mnist_ddp/runtime/device.hpp"
+#include "mnist_ddp/runtime/runtime.hpp"
 
 namespace {
 

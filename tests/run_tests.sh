@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# run_tests.sh — the whole suite (`make test`): GoogleTest unit tests, the MPI tests under
-# mpirun -np 2 and -np 4 --oversubscribe, and the end-to-end shell tests. Prints each failure,
+# run_tests.sh [LAYERS] — the whole suite (`make test`), or some layers of it (`make test-unit`,
+# `test-mpi`, `test-e2e`, `test-slurm`, each taking FILTER=): GoogleTest unit tests, the MPI tests
+# under mpirun -np 2 and -np 4 --oversubscribe, the end-to-end shell tests, the local Slurm. Prints each failure,
 # every skip's reason, and ends with "N passed, M failed, K skipped".
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -8,13 +9,26 @@ source tests/mpi_env.sh
 LOG="$(mktemp -d /tmp/mnist_ddp_tests.XXXXXX)"
 source tests/suite_lib.sh
 
-gtest unit build/tests/unit_tests
-gtest mpi_np2 mpirun -np 2 build/tests/mpi_tests
-gtest mpi_np4 mpirun -np 4 --oversubscribe build/tests/mpi_tests
-for t in tests/e2e/*_test.sh; do shell "$t"; done
-# A real two-node Slurm (root only: it starts munged, slurmctld and slurmd; skips otherwise).
-shell tests/slurm/slurm_test.sh
-
+# LAYERS (argument, default all): unit mpi e2e slurm. FILTER: a GoogleTest filter for the unit
+# and MPI suites, a name pattern (grep -E) for the end-to-end and Slurm scripts.
+LAYERS="${1:-all}"
+[[ "$LAYERS" == all ]] && LAYERS="unit mpi e2e slurm"
+GFILTER=()
+[[ -n "${FILTER:-}" ]] && GFILTER=(--gtest_filter="$FILTER")
+picked() { [[ -z "${FILTER:-}" ]] || grep -qE -- "$FILTER" <<<"$(basename "$1" .sh)"; }
+for layer in $LAYERS; do
+  case "$layer" in
+    unit) gtest unit build/tests/unit_tests "${GFILTER[@]}" ;;
+    mpi)
+      gtest mpi_np2 mpirun -np 2 build/tests/mpi_tests "${GFILTER[@]}"
+      gtest mpi_np4 mpirun -np 4 --oversubscribe build/tests/mpi_tests "${GFILTER[@]}"
+      ;;
+    e2e) for t in tests/e2e/*_test.sh; do picked "$t" && shell "$t"; done ;;
+    # A real two-node Slurm (root only: it starts munged, slurmctld and slurmd; skips otherwise).
+    slurm) picked tests/slurm/slurm_test.sh && shell tests/slurm/slurm_test.sh ;;
+    *) echo "run_tests.sh: unknown layer '$layer' (unit, mpi, e2e, slurm, all)" >&2; exit 2 ;;
+  esac
+done
 echo
 # Every skip is reported with its reason, so a green run shows what it did not test. Where a GPU is
 # required (MNIST_DDP_REQUIRE_GPU=1: tests/mpi_env.sh sets it where nvidia-smi lists a GPU), a skip

@@ -32,7 +32,7 @@ from convnet_torch import ConvNet  # noqa: E402
 FORMAT = "mnist_ddp-checkpoint"
 VERSION = 2
 MODEL = "mnist-convnet-v1"
-# The text mnist_ddp records (src: kInputTransform in include/mnist_ddp/checkpoint.hpp).
+# The text mnist_ddp records (src: kInputTransform in include/mnist_ddp/checkpoint/checkpoint.hpp).
 TRANSFORM = ("x = (pixel / 255 - mean) / std, NCHW float32 (pixel: uint8 in [0, 255], "
              "shape N x 1 x 28 x 28)")
 

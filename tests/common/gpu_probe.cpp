@@ -4,8 +4,8 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "mnist_ddp/check.hpp"
-#include "mnist_ddp/device.hpp"
+#include "mnist_ddp/runtime/check.hpp"
+#include "mnist_ddp/runtime/device.hpp"
 
 namespace mnist_ddp::testing {
 

@@ -10,7 +10,7 @@ else
   fail "readme_opens_with_make_run_and_make_test" "$first"
 fi
 run make_run 600 make run ARGS="--epochs 1 --max-steps 30 --log-dir $TMP/log --checkpoint-dir $TMP/ckpt --progress off"
-if [[ $RC -eq 0 ]] && grep -q "^# rank 1/2 " "$OUT" && grep -q "done: 30 steps" "$OUT"; then
+if [[ $RC -eq 0 ]] && grep -qE "^# +1 +1 " "$OUT" && grep -q "done: 30 steps" "$OUT"; then
   pass "make_run_trains_on_2_ranks"
 else
   fail "make_run_trains_on_2_ranks rc=$RC" "$(show)"

@@ -14,10 +14,13 @@ if [[ $RC -eq 0 && -n "$top1" ]] && awk -v t="$top1" -v b="$bar" 'BEGIN { exit !
 else
   fail "train_2ranks_1epoch rc=$RC top1=$top1 bar=$bar" "$(show)"
 fi
-if grep -q "^# rank 0/2 local 0 host .* pid [0-9]* device cpu$" "$OUT" && grep -q "^# rank 1/2 local 1 " "$OUT"; then
-  pass "identity_line_per_rank"
+# Rank 0 prints one table of every rank (rank, local rank, host, pid, device), in rank order.
+if [[ $(grep -c "^# rank  local  host  *pid  device$" "$OUT") == 1 ]] &&
+   grep -A2 "^# rank  local  host" "$OUT" | sed -n 2p | grep -qE "^# +0 +0 +[^ ]+ +[0-9]+ +cpu$" &&
+   grep -A2 "^# rank  local  host" "$OUT" | sed -n 3p | grep -qE "^# +1 +1 +[^ ]+ +[0-9]+ +cpu$"; then
+  pass "placement_table_in_rank_order"
 else
-  fail "identity_line_per_rank" "$(show)"
+  fail "placement_table_in_rank_order" "$(show)"
 fi
 if grep -q "data: $(head -1 "$DATA/DATASET" | cut -c1-20)" "$OUT" && [[ -s "$TMP/log2/mnist_train.log" ]] &&
    grep -q "done:" "$TMP/log2/mnist_train.log"; then

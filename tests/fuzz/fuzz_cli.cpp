@@ -7,9 +7,9 @@
 #include <vector>
 
 #include "fuzz_common.hpp"
-#include "mnist_ddp/check.hpp"
-#include "mnist_ddp/cli.hpp"
-#include "mnist_ddp/device.hpp"
+#include "mnist_ddp/app/cli.hpp"
+#include "mnist_ddp/runtime/check.hpp"
+#include "mnist_ddp/runtime/device.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   std::vector<std::string> args = {"mnist_ddp"};

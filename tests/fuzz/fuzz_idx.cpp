@@ -5,8 +5,8 @@
 #include <cstdint>
 
 #include "fuzz_common.hpp"
-#include "mnist_ddp/check.hpp"
-#include "mnist_ddp/idx.hpp"
+#include "mnist_ddp/data/idx.hpp"
+#include "mnist_ddp/runtime/check.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   if (size < 1) return 0;

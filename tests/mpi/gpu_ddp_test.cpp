@@ -10,14 +10,14 @@
 
 #include "../common/compare.hpp"
 #include "../common/gpu_probe.hpp"
-#include "mnist_ddp/amp.hpp"
-#include "mnist_ddp/comm.hpp"
-#include "mnist_ddp/ddp.hpp"
-#include "mnist_ddp/device.hpp"
-#include "mnist_ddp/model.hpp"
-#include "mnist_ddp/ops.hpp"
-#include "mnist_ddp/rng.hpp"
-#include "mnist_ddp/tensor.hpp"
+#include "mnist_ddp/dist/comm.hpp"
+#include "mnist_ddp/dist/ddp.hpp"
+#include "mnist_ddp/model/amp.hpp"
+#include "mnist_ddp/model/model.hpp"
+#include "mnist_ddp/model/rng.hpp"
+#include "mnist_ddp/model/tensor.hpp"
+#include "mnist_ddp/ops/ops.hpp"
+#include "mnist_ddp/runtime/device.hpp"
 
 namespace mnist_ddp {
 namespace {

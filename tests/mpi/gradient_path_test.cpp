@@ -8,11 +8,11 @@
 
 #include <string>
 
-#include "mnist_ddp/agree.hpp"
-#include "mnist_ddp/cli.hpp"
-#include "mnist_ddp/comm.hpp"
-#include "mnist_ddp/device.hpp"
-#include "mnist_ddp/trainer.hpp"
+#include "mnist_ddp/app/cli.hpp"
+#include "mnist_ddp/dist/comm.hpp"
+#include "mnist_ddp/runtime/agree.hpp"
+#include "mnist_ddp/runtime/device.hpp"
+#include "mnist_ddp/train/trainer.hpp"
 
 namespace mnist_ddp {
 namespace {

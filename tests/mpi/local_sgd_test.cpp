@@ -4,10 +4,10 @@
 
 #include <memory>
 
-#include "mnist_ddp/comm.hpp"
-#include "mnist_ddp/model.hpp"
-#include "mnist_ddp/ops.hpp"
-#include "mnist_ddp/reducer.hpp"
+#include "mnist_ddp/dist/comm.hpp"
+#include "mnist_ddp/dist/reducer.hpp"
+#include "mnist_ddp/model/model.hpp"
+#include "mnist_ddp/ops/ops.hpp"
 
 namespace mnist_ddp {
 namespace {

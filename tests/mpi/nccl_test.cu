@@ -10,14 +10,14 @@
 #include <vector>
 
 #include "../common/gpu_probe.hpp"
-#include "mnist_ddp/agree.hpp"
-#include "mnist_ddp/comm.hpp"
-#include "mnist_ddp/cuda_check.hpp"
-#include "mnist_ddp/device.hpp"
-#include "mnist_ddp/model.hpp"
-#include "mnist_ddp/ops.hpp"
-#include "mnist_ddp/reducer.hpp"
-#include "mnist_ddp/step_graph.hpp"
+#include "mnist_ddp/dist/comm.hpp"
+#include "mnist_ddp/dist/reducer.hpp"
+#include "mnist_ddp/model/model.hpp"
+#include "mnist_ddp/ops/ops.hpp"
+#include "mnist_ddp/ops/step_graph.hpp"
+#include "mnist_ddp/runtime/agree.hpp"
+#include "mnist_ddp/runtime/device.hpp"
+#include "runtime/cuda/cuda_check.hpp"
 
 namespace mnist_ddp {
 namespace {

@@ -8,12 +8,12 @@
 #include <vector>
 
 #include "../common/compare.hpp"
-#include "mnist_ddp/comm.hpp"
-#include "mnist_ddp/model.hpp"
-#include "mnist_ddp/ops.hpp"
-#include "mnist_ddp/powersgd.hpp"
-#include "mnist_ddp/reducer.hpp"
-#include "mnist_ddp/rng.hpp"
+#include "mnist_ddp/dist/comm.hpp"
+#include "mnist_ddp/dist/powersgd.hpp"
+#include "mnist_ddp/dist/reducer.hpp"
+#include "mnist_ddp/model/model.hpp"
+#include "mnist_ddp/model/rng.hpp"
+#include "mnist_ddp/ops/ops.hpp"
 
 namespace mnist_ddp {
 namespace {

@@ -10,11 +10,11 @@
 #include <vector>
 
 #include "../common/compare.hpp"
-#include "mnist_ddp/comm.hpp"
-#include "mnist_ddp/ddp.hpp"
-#include "mnist_ddp/model.hpp"
-#include "mnist_ddp/ops.hpp"
-#include "mnist_ddp/rng.hpp"
+#include "mnist_ddp/dist/comm.hpp"
+#include "mnist_ddp/dist/ddp.hpp"
+#include "mnist_ddp/model/model.hpp"
+#include "mnist_ddp/model/rng.hpp"
+#include "mnist_ddp/ops/ops.hpp"
 
 namespace mnist_ddp {
 namespace {

@@ -10,9 +10,9 @@
 #include <thread>
 #include <vector>
 
-#include "mnist_ddp/check.hpp"
-#include "mnist_ddp/comm.hpp"
-#include "mnist_ddp/watchdog.hpp"
+#include "mnist_ddp/dist/comm.hpp"
+#include "mnist_ddp/runtime/check.hpp"
+#include "mnist_ddp/runtime/watchdog.hpp"
 
 namespace mnist_ddp {
 namespace {

@@ -1,4 +1,4 @@
-// amp_test.cpp — mixed precision on the host: the dynamic loss-scale rule of DESIGN.md §5 (the
+// amp_test.cpp — mixed precision on the host: the dynamic loss-scale rule of docs/DESIGN.md §5 (the
 // oracle the GPU scaler is checked against in gpu_ops_test.cpp) and --amp on a CPU backend as a
 // clear error. (The checkpointed scale: checkpoint_test.cpp.)
 #include <gtest/gtest.h>
@@ -7,9 +7,9 @@
 #include <cmath>
 #include <string>
 
-#include "mnist_ddp/amp.hpp"
-#include "mnist_ddp/check.hpp"
-#include "mnist_ddp/ops.hpp"
+#include "mnist_ddp/model/amp.hpp"
+#include "mnist_ddp/ops/ops.hpp"
+#include "mnist_ddp/runtime/check.hpp"
 
 namespace mnist_ddp {
 namespace {

@@ -16,12 +16,12 @@
 #include <string>
 #include <vector>
 
-#include "mnist_ddp/check.hpp"
-#include "mnist_ddp/checkpoint.hpp"
-#include "mnist_ddp/model.hpp"
-#include "mnist_ddp/ops.hpp"
-#include "mnist_ddp/requeue.hpp"
-#include "mnist_ddp/rng.hpp"
+#include "mnist_ddp/checkpoint/checkpoint.hpp"
+#include "mnist_ddp/model/model.hpp"
+#include "mnist_ddp/model/rng.hpp"
+#include "mnist_ddp/ops/ops.hpp"
+#include "mnist_ddp/runtime/check.hpp"
+#include "mnist_ddp/runtime/requeue.hpp"
 #include "test_util.hpp"
 
 namespace mnist_ddp {

@@ -4,12 +4,20 @@
 
 #include <fstream>
 #include <regex>
+#include <set>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <vector>
 
-#include "mnist_ddp/check.hpp"
-#include "mnist_ddp/cli.hpp"
+#include "mnist_ddp/app/cli.hpp"
+#include "mnist_ddp/dist/compress.hpp"
+#include "mnist_ddp/dist/reducer.hpp"
+#include "mnist_ddp/model/amp.hpp"
+#include "mnist_ddp/model/optimizer.hpp"
+#include "mnist_ddp/ops/ops.hpp"
+#include "mnist_ddp/runtime/check.hpp"
+#include "mnist_ddp/runtime/device.hpp"
 
 namespace mnist_ddp {
 namespace {
@@ -140,6 +148,48 @@ TEST(Cli, ReadmeDocumentsEveryFlag) {
         << name << " is not documented in README.md";
   }
   EXPECT_GT(n, 20);
+}
+
+}  // namespace
+}  // namespace mnist_ddp
+
+namespace mnist_ddp {
+namespace {
+
+// Each enum is named in one table; every name maps back to its value and no name repeats, so the
+// parser, --help, config_json and the logs cannot drift apart.
+template <class E, std::size_t N>
+void expect_bijective(const std::array<NameOf<E>, N>& table, std::size_t values) {
+  EXPECT_EQ(N, values);
+  std::set<std::string_view> names;
+  std::set<int> seen;
+  for (const auto& entry : table) {
+    EXPECT_TRUE(names.insert(entry.name).second) << entry.name;
+    EXPECT_TRUE(seen.insert(static_cast<int>(entry.value)).second) << entry.name;
+    EXPECT_EQ(value_in(table, entry.name), entry.value) << entry.name;
+    EXPECT_EQ(std::string_view(name_in(table, entry.value)), entry.name);
+  }
+  EXPECT_FALSE(value_in(table, "no-such-name").has_value());
+}
+
+TEST(Cli, EveryEnumHasOneNameTable) {
+  expect_bijective(kLrScheduleNames, 3);
+  expect_bijective(kDeviceNames, 2);
+  expect_bijective(kDeviceChoiceNames, 3);
+  expect_bijective(kCpuKernelsNames, 2);
+  expect_bijective(kCommChoiceNames, 3);
+  expect_bijective(kProgressNames, 3);
+  expect_bijective(kAmpModeNames, 3);
+  expect_bijective(kCompressionNames, 6);
+  expect_bijective(kOverlapEngineNames, 2);
+  expect_bijective(kOnOffNames, 2);
+  // The configuration logged and stored in checkpoints spells them from the same tables.
+  Config c;
+  c.compression = Compression::BatchedPowerSgdFp16;
+  c.overlap_engine = OverlapEngine::Thread;
+  const std::string j = config_json(c);
+  EXPECT_NE(j.find("\"compression\":\"batched_powersgd_fp16\""), std::string::npos) << j;
+  EXPECT_NE(j.find("\"overlap_engine\":\"thread\""), std::string::npos) << j;
 }
 
 }  // namespace

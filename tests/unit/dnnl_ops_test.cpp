@@ -6,11 +6,11 @@
 #include <vector>
 
 #include "../common/compare.hpp"
-#include "mnist_ddp/blocked_ops.hpp"
-#include "mnist_ddp/cpu_ops.hpp"
-#include "mnist_ddp/model.hpp"
-#include "mnist_ddp/ops.hpp"
-#include "mnist_ddp/rng.hpp"
+#include "mnist_ddp/model/model.hpp"
+#include "mnist_ddp/model/rng.hpp"
+#include "mnist_ddp/ops/ops.hpp"
+#include "ops/cpu/blocked_ops.hpp"
+#include "ops/cpu/cpu_ops.hpp"
 
 namespace mnist_ddp {
 namespace {

@@ -16,16 +16,16 @@
 
 #include "../common/compare.hpp"
 #include "../common/gpu_probe.hpp"
-#include "mnist_ddp/amp.hpp"
-#include "mnist_ddp/check.hpp"
-#include "mnist_ddp/checkpoint.hpp"
-#include "mnist_ddp/cpu_ops.hpp"
-#include "mnist_ddp/device.hpp"
-#include "mnist_ddp/model.hpp"
-#include "mnist_ddp/ops.hpp"
-#include "mnist_ddp/optimizer.hpp"
-#include "mnist_ddp/rng.hpp"
-#include "mnist_ddp/tensor.hpp"
+#include "mnist_ddp/checkpoint/checkpoint.hpp"
+#include "mnist_ddp/model/amp.hpp"
+#include "mnist_ddp/model/model.hpp"
+#include "mnist_ddp/model/optimizer.hpp"
+#include "mnist_ddp/model/rng.hpp"
+#include "mnist_ddp/model/tensor.hpp"
+#include "mnist_ddp/ops/ops.hpp"
+#include "mnist_ddp/runtime/check.hpp"
+#include "mnist_ddp/runtime/device.hpp"
+#include "ops/cpu/cpu_ops.hpp"
 
 namespace mnist_ddp {
 namespace {

@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "../common/compare.hpp"
-#include "mnist_ddp/cpu_ops.hpp"
-#include "mnist_ddp/rng.hpp"
+#include "mnist_ddp/model/rng.hpp"
+#include "ops/cpu/cpu_ops.hpp"
 
 namespace mnist_ddp::cpu {
 namespace {

@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "mnist_ddp/check.hpp"
-#include "mnist_ddp/dataset.hpp"
-#include "mnist_ddp/idx.hpp"
+#include "mnist_ddp/data/dataset.hpp"
+#include "mnist_ddp/data/idx.hpp"
+#include "mnist_ddp/runtime/check.hpp"
 #include "test_util.hpp"
 
 namespace mnist_ddp {

@@ -9,10 +9,10 @@
 #include <vector>
 
 #include "../common/compare.hpp"
-#include "mnist_ddp/model.hpp"
-#include "mnist_ddp/ops.hpp"
-#include "mnist_ddp/reducer.hpp"
-#include "mnist_ddp/rng.hpp"
+#include "mnist_ddp/dist/reducer.hpp"
+#include "mnist_ddp/model/model.hpp"
+#include "mnist_ddp/model/rng.hpp"
+#include "mnist_ddp/ops/ops.hpp"
 
 namespace mnist_ddp {
 namespace {

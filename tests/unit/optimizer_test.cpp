@@ -3,8 +3,8 @@
 
 #include <cmath>
 
-#include "mnist_ddp/cpu_ops.hpp"
-#include "mnist_ddp/optimizer.hpp"
+#include "mnist_ddp/model/optimizer.hpp"
+#include "ops/cpu/cpu_ops.hpp"
 
 namespace mnist_ddp {
 namespace {

@@ -2,9 +2,10 @@
 // environments for mpirun, srun with and without PMIx, and no launcher.
 #include <gtest/gtest.h>
 
-#include "mnist_ddp/check.hpp"
-#include "mnist_ddp/device.hpp"
-#include "mnist_ddp/runtime.hpp"
+#include "mnist_ddp/runtime/check.hpp"
+#include "mnist_ddp/runtime/device.hpp"
+#include "mnist_ddp/runtime/placement.hpp"
+#include "mnist_ddp/runtime/runtime.hpp"
 
 namespace mnist_ddp {
 namespace {
@@ -121,22 +122,61 @@ TEST(GpuChoice, FollowsTheDesignRule) {
 }
 
 TEST(Device, NcclRefusesTwoRanksOnOneGpu) {
-  // Each rank sees "GPU 0", but ranks 1 and 3 are the same device on the same host.
-  const std::vector<std::string> ok = {"H100 (pci 0000:1a:00.0) on n1",
-                                       "H100 (pci 0000:1a:00.0) on n2",
-                                       "H100 (pci 0000:2b:00.0) on n1"};
+  // Ranks 1 and 3 are one device on one host, although they see it under other indices.
+  auto at = [](int r, const char* host, const char* dev) {
+    RankPlacement p;
+    p.rank = r;
+    p.host = host;
+    p.device = dev;
+    return p;
+  };
+  const std::vector<RankPlacement> ok = {at(0, "n1", "cuda:0 H100 (pci 0000:1a:00.0)"),
+                                         at(1, "n2", "cuda:0 H100 (pci 0000:1a:00.0)"),
+                                         at(2, "n1", "cuda:1 H100 (pci 0000:2b:00.0)")};
   EXPECT_NO_THROW(check_gpus_exclusive(ok));
-  std::vector<std::string> bad = ok;
-  bad.push_back("H100 (pci 0000:1a:00.0) on n2");
+  std::vector<RankPlacement> bad = ok;
+  bad.push_back(at(3, "n2", "cuda:1 H100 (pci 0000:1a:00.0)"));
   try {
     check_gpus_exclusive(bad);
     ADD_FAILURE() << "two ranks on one GPU were accepted";
   } catch (const UserError& e) {
     const std::string m = e.what();
     EXPECT_NE(m.find("ranks 1 and 3"), std::string::npos) << m;
-    EXPECT_NE(m.find("0000:1a:00.0) on n2"), std::string::npos) << m;
+    EXPECT_NE(m.find("GPU H100 (pci 0000:1a:00.0) on n2"), std::string::npos) << m;
     EXPECT_NE(m.find("--comm mpi"), std::string::npos) << m;
   }
+  // CPU ranks never share "a GPU".
+  EXPECT_NO_THROW(
+      check_gpus_exclusive(std::vector<RankPlacement>{at(0, "n1", "cpu"), at(1, "n1", "cpu")}));
+}
+
+// The start-up record survives the allgather encoding (strings cut at their limits), and the
+// table lists every rank in rank order under one header.
+TEST(Placement, EncodingRoundTripsAndTheTableIsInRankOrder) {
+  RankPlacement p;
+  p.rank = 1234567;
+  p.local_rank = 7;
+  p.host = "node-with-a-long-name";
+  p.pid = 4194303;
+  p.device = "cuda:3 NVIDIA H100 80GB HBM3 (pci 0000:1a:00.0)";
+  const RankPlacement q = decode_placement(encode_placement(p));
+  EXPECT_EQ(q.rank, p.rank);
+  EXPECT_EQ(q.local_rank, p.local_rank);
+  EXPECT_EQ(q.host, p.host);
+  EXPECT_EQ(q.pid, p.pid);
+  EXPECT_EQ(q.device, p.device);
+  p.host = std::string(100, 'h');
+  EXPECT_EQ(decode_placement(encode_placement(p)).host, std::string(kPlacementHostChars, 'h'));
+  std::vector<RankPlacement> all(2);
+  all[0].host = all[1].host = "n1";
+  all[0].pid = 42;
+  all[1].rank = all[1].local_rank = 1;
+  all[1].pid = 43;
+  all[0].device = all[1].device = "cpu";
+  EXPECT_EQ(placement_table(all),
+            "# rank  local  host  pid  device\n"
+            "#    0      0  n1     42  cpu\n"
+            "#    1      1  n1     43  cpu\n");
 }
 
 TEST(Runtime, SrunWithoutBootstrapIsCaughtBeforeMpiInit) {

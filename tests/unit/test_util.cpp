@@ -3,7 +3,7 @@
 
 #include <gtest/gtest.h>
 
-#include "mnist_ddp/check.hpp"
+#include "mnist_ddp/runtime/check.hpp"
 
 namespace mnist_ddp::testing {
 

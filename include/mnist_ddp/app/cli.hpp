@@ -1,0 +1,103 @@
+// cli.hpp — the run configuration and its command line. One CLI11 table drives both parsing and
+// --help, so the usage text cannot drift from the parser.
+#pragma once
+
+#include <csignal>
+#include <cstdint>
+#include <string>
+
+#include "mnist_ddp/dist/compress.hpp"
+#include "mnist_ddp/dist/reducer.hpp"
+#include "mnist_ddp/model/amp.hpp"
+#include "mnist_ddp/model/optimizer.hpp"
+#include "mnist_ddp/runtime/device.hpp"
+#include "mnist_ddp/runtime/enum_names.hpp"
+
+namespace mnist_ddp {
+
+enum class Progress { Auto, On, Off };
+inline constexpr std::array<NameOf<Progress>, 3> kProgressNames{
+    {{Progress::Auto, "auto"}, {Progress::On, "on"}, {Progress::Off, "off"}}};
+enum class CommChoice { Auto, Nccl, Mpi };
+inline constexpr std::array<NameOf<CommChoice>, 3> kCommChoiceNames{
+    {{CommChoice::Auto, "auto"}, {CommChoice::Nccl, "nccl"}, {CommChoice::Mpi, "mpi"}}};
+
+struct Config {
+  std::string data_dir = "data/dataset";
+  int epochs = 2;
+  std::int64_t max_steps = 0;  // 0: no limit
+  int batch_size = 100;        // per rank
+  int eval_batch_size = 500;   // per rank
+  double lr = 0.01;
+  double momentum = 0.9;
+  double dampening = 0.0;
+  double weight_decay = 0.0;
+  bool nesterov = false;
+  LrSchedule lr_schedule = LrSchedule::Constant;
+  int lr_step_size = 1;
+  double lr_gamma = 0.1;
+  std::int64_t warmup_steps = 0;
+  double min_lr = 0.0;
+  std::uint64_t seed = 42;
+  std::int64_t eval_every = 0;  // steps; 0: only at the end of each epoch
+  bool drop_last = false;
+  bool shuffle = true;
+  DeviceChoice device = DeviceChoice::Auto;
+  CpuKernels cpu_kernels = CpuKernels::OneDnn;
+  CommChoice comm = CommChoice::Auto;  // auto: NCCL on cuda, MPI on cpu
+  bool tf32 = true;                    // TF32 tensor cores on the GPU (PyTorch's cuDNN default)
+  bool cuda_graphs = true;             // capture + replay the GPU training step
+  AmpMode amp = AmpMode::Off;          // mixed precision (GPU): fp16 + loss scaling, or bf16
+  int threads = 1;  // BLAS threads per rank; 0: usable cores / ranks on this node
+  std::string log_dir = "logging";
+  std::string checkpoint_dir = "checkpoints";
+  std::int64_t checkpoint_every = 0;  // steps; 0: only at epoch ends and at the end
+  int keep = 3;
+  std::string resume = "none";  // none | auto | PATH
+  std::int64_t log_every = 50;
+  std::int64_t check_replicas = 0;
+  int bucket_cap_kb = 25;  // gives this model 3 buckets: fc (61 KiB), layer2 (50 KiB), layer1
+  bool no_overlap = false;
+  OverlapEngine overlap_engine = OverlapEngine::Test;
+  Compression compression = Compression::None;
+  int powersgd_rank = 2;
+  std::int64_t powersgd_start_iter = 1000;  // as the seed (PyTorch's default is 10)
+  double powersgd_min_compression_rate = 2.0;
+  bool sync_bn = false;               // SyncBatchNorm over all ranks
+  std::int64_t local_sgd_start = -1;  // post-local SGD from this step on; -1: off
+  std::int64_t local_sgd_period = 4;  // global parameter average every this many steps
+  bool print_env = false;
+  bool verify_checkpoints = false;  // --verify-checkpoints: check --checkpoint-dir, then exit
+  bool eval_only = false;           // --eval-only: evaluate the --resume checkpoint, no training
+  std::string init_weights;         // --init-weights PATH: a new run from that model (step 0)
+  double collective_timeout = 300;  // seconds a collective may take before the job is aborted
+  bool debug_collectives = false;   // fingerprint check across ranks before every collective
+  int debug_hang_rank = -1;         // test seam: this rank stops before step 3 (forever)
+  int debug_exit_rank = -1;         // test seam: this rank exits 1 before step 3
+  std::string debug_sample_log;     // test seam: DIR for each rank's consumed sample indices
+  bool debug_fail_capture = false;  // test seam: every CUDA graph capture fails (eager fallback)
+  bool requeue = false;             // on the requeue signal / SIGTERM under Slurm: scontrol requeue
+  int requeue_signal = SIGUSR1;     // --requeue-signal (signals.hpp parse_signal)
+  Progress progress = Progress::Auto;
+};
+
+enum class ParseOutcome { Run, ExitOk };
+
+// Parses argv into cfg. --help / --version print (only when `print` is true, i.e. on rank 0) and
+// return ExitOk. A bad command line throws UserError naming the flag and the fix.
+ParseOutcome parse_cli(int argc, char** argv, Config& cfg, bool print);
+
+// The flag combinations the resolved device cannot run (PowerSGD / the thread engine / --comm mpi
+// with hooks or post-local SGD on a GPU, --amp or --comm nccl on the CPU, ...): a UserError
+// naming the flags and the fix. thread_multiple: whether MPI granted MPI_THREAD_MULTIPLE.
+void check_flags_for_device(const Config& cfg, Device device, bool thread_multiple);
+
+// The --help text (for the README consistency test).
+std::string help_text();
+
+// The configuration as one JSON object (logged at start, stored in every checkpoint).
+std::string config_json(const Config& cfg);
+
+inline constexpr const char* kVersion = "0.1.0";
+
+}  // namespace mnist_ddp

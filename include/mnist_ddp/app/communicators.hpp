@@ -1,0 +1,59 @@
+// communicators.hpp — every communicator of a run in one owner: the control communicator (MPI on
+// host memory: agreement, metrics, evaluation sums), the data communicator (where the gradients
+// live: that same MPI one on the CPU; NCCL, or host-staged MPI with --comm mpi, on a GPU), the
+// node-local group of post-local SGD and the communication thread's duplicate of the world; the
+// collective watchdog they all report to, and the communicator it aborts the job through (the
+// data one once it exists: NCCL must be aborted too). Destroyed in reverse order of creation,
+// before MPI_Finalize.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "mnist_ddp/app/cli.hpp"
+#include "mnist_ddp/dist/comm.hpp"
+#include "mnist_ddp/runtime/device.hpp"
+#include "mnist_ddp/runtime/watchdog.hpp"
+
+namespace mnist_ddp {
+
+class Communicators {
+ public:
+  // The control communicator: the MPI world.
+  Communicators();
+  Communicators(const Communicators&) = delete;
+  Communicators& operator=(const Communicators&) = delete;
+
+  Comm& control() { return *control_; }
+  Comm& data() { return *data_; }
+  Comm* local() { return local_.get(); }    // nullptr unless --local-sgd-start >= 0
+  Comm* thread() { return thread_.get(); }  // nullptr unless the CPU's communication thread
+
+  // With --collective-timeout > 0, the watchdog every communicator reports to (from here on).
+  void start_watchdog(const Config& cfg, int rank, const std::string& host);
+  // Collective: the NCCL communicator (bootstrapped through MPI), before the ops exist.
+  void open_nccl();
+  // Collective on a GPU with --comm mpi: the host-staged MPI communicator. Then the data
+  // communicator joins the ops' stream (NCCL by events: a step stays capturable as a graph).
+  void bind_data(Device device, void* stream);
+  // Collective: post-local SGD's group of this color (MPI on the CPU, NCCL on a GPU).
+  void open_local(Device device, int color, void* stream);
+  // Collective: the communication thread's own duplicate of the world (collectives on one
+  // communicator must not be issued from two threads at once).
+  void open_thread();
+
+ private:
+  void watch(Comm& c);
+
+  bool debug_collectives_ = false;
+  std::unique_ptr<Comm> control_;
+  Comm* abort_via_ = nullptr;  // read by the watchdog thread only when it aborts
+  std::unique_ptr<CollectiveWatchdog> watchdog_;
+  std::unique_ptr<Comm> nccl_;
+  std::unique_ptr<Comm> staged_;
+  Comm* data_ = nullptr;
+  std::unique_ptr<Comm> local_;
+  std::unique_ptr<Comm> thread_;
+};
+
+}  // namespace mnist_ddp

@@ -1,0 +1,83 @@
+// job.hpp — the phases main strings together, in order: who this rank is, its configuration,
+// where it runs, the log, the data, the model. Each phase that can fail on some ranks only ends
+// in an agreement (run_agreed), so every rank stops together and one of them reports.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "mnist_ddp/app/cli.hpp"
+#include "mnist_ddp/data/dataset.hpp"
+#include "mnist_ddp/dist/comm.hpp"
+#include "mnist_ddp/runtime/device.hpp"
+#include "mnist_ddp/runtime/log.hpp"
+#include "mnist_ddp/runtime/placement.hpp"
+#include "mnist_ddp/runtime/runtime.hpp"
+
+namespace mnist_ddp {
+
+class Communicators;
+class ConvNet;
+class Ops;
+
+// Runs the job's body and turns how it ended into the exit status: an agreed error's code, a user
+// error met by every rank together (rank 0 reports it), or, for anything unexpected on this rank
+// only (the others may be inside a collective), an abort of the whole job.
+int exit_status_of(int rank, const std::function<int()>& body);
+
+// This rank's identity from MPI and the launcher's variables, or nullopt after the launcher-
+// mismatch error was printed (by the task the launcher calls 0: MPI cannot coordinate who
+// reports when it and the launcher disagree); *exit_code is then the status to exit with.
+std::optional<Identity> identify(int rank, int world, const MpiLocality& locality,
+                                 const std::string& host, int* exit_code);
+
+// Collective (agreement): the command line, and the requeue signal's handler. False when the run
+// ends here (--help, --version).
+bool configure(Comm& control, const Identity& id, int argc, char** argv, Config& cfg);
+
+// Where this rank runs and with how many compute threads.
+struct Placement {
+  Device device = Device::Cpu;
+  bool use_nccl = false;             // the data communicator is NCCL
+  std::string device_text;           // "cpu" | "cuda:N <name> (pci ...)"
+  int threads = 1;                   // BLAS/oneDNN threads of this rank
+  std::vector<RankPlacement> ranks;  // every rank's, in rank order
+};
+// Collective: the device (--device), the GPU pinned before any other CUDA call touches one, every
+// rank's placement from one allgather, and NCCL's one-GPU-per-rank check over it.
+Placement place(Comm& control, const Config& cfg, const Identity& id, const std::string& host);
+
+// --print-env: how this rank's identity was derived; returns the exit status.
+int print_env(const Identity& id, const Placement& where, const std::string& host);
+
+// --verify-checkpoints: rank 0 loads every checkpoint of the directory as --resume would and
+// prints one line each; collective: every rank returns rank 0's verdict as its exit status.
+int verify_checkpoint_dir(Comm& control, const std::string& dir);
+
+// Rank 0's placement table; the compute threads set.
+void announce(const Placement& where, int rank);
+
+// Collective (agreements): the log (appending when resuming) and a checkpoint directory proven
+// writable before any training; the run's header lines in the log.
+std::unique_ptr<Logger> open_log(Comm& control, const Config& cfg, const Identity& id);
+
+// Collective (agreement): the training and test splits, described in the log.
+DataSplit load_data(Comm& control, const Config& cfg, const Identity& id, const Placement& where,
+                    Logger& log);
+
+// Collective (agreement): the ops of the placement's device; the data communicator joined to
+// their stream (host-staged MPI made first on a GPU without NCCL); both splits loaded (on a GPU,
+// device-resident once).
+std::unique_ptr<Ops> make_device_ops(Communicators& comms, const Config& cfg,
+                                     const Placement& where, const DataSplit& data);
+
+// Collective: the extra communicators the flags ask for: post-local SGD's node-local group
+// (test seam MNIST_DDP_TEST_RANKS_PER_NODE=k groups ranks k at a time, as if each k shared a
+// node) and the CPU communication thread's own duplicate of the world.
+void open_extra_communicators(Communicators& comms, const Config& cfg, const Identity& id,
+                              const Placement& where, Ops& ops, Logger& log);
+
+}  // namespace mnist_ddp

@@ -1,0 +1,38 @@
+// resume.hpp — the state a run starts from: --resume (the whole training state), --init-weights
+// and --eval-only (a model, from a full or a weights-only checkpoint). Rank 0 loads it with its
+// warnings (damaged files skipped, another dataset, changed settings), every rank receives it.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "mnist_ddp/app/cli.hpp"
+#include "mnist_ddp/checkpoint/checkpoint.hpp"
+#include "mnist_ddp/data/dataset.hpp"
+#include "mnist_ddp/dist/comm.hpp"
+#include "mnist_ddp/runtime/log.hpp"
+
+namespace mnist_ddp {
+
+class ConvNet;
+class Ops;
+class Trainer;
+
+// Collective (an agreement, then broadcasts): the checkpoint's model or training state applied
+// to model and trainer, with the input transform it was trained with. Returns the step of the
+// checkpoint the model came from (0 when the run starts fresh).
+std::int64_t restore_start_state(Comm& control, const Config& cfg, DataSplit& data, Ops& ops,
+                                 ConvNet& model, Trainer& trainer, Logger& log);
+
+// What a checkpoint says about its input, against this run's data (rank 0): a version-1 file does
+// not record it; another training set (labels crc32) is worth a word before training on.
+void warn_about_input(const InputRecord& in, const std::string& path, const DataSplit& data,
+                      const std::function<void(const std::string&)>& warn);
+
+// Rank 0, on resume: the settings that shape the run (batch, seed, schedule, optimizer) that
+// differ from the checkpoint's stored configuration, in one warning naming each.
+void warn_about_changed_settings(const std::string& stored_json, const Config& cfg,
+                                 const std::function<void(const std::string&)>& warn);
+
+}  // namespace mnist_ddp

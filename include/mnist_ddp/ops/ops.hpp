@@ -1,0 +1,139 @@
+// ops.hpp — the Ops interface: exactly the operations the ConvNet needs, on float32 buffers that
+// live on the backend's device, in the backend's own activation layout (the model never indexes
+// activations itself). Implementations:
+//   reference  src/ops/cpu/cpu_backend.cpp  im2col + OpenBLAS, [C][N][H][W]; the templated kernels
+//                                        of cpu_ops.hpp, checked against finite differences
+//   onednn     src/ops/cpu/dnnl_backend.cpp oneDNN JIT convolutions, channel-blocked
+//   [N][C/16][H][W][16]
+//                                        activations; the default CPU backend (2.5x faster convs)
+//   cuda       src/ops/cuda/cuda_ops.cu  cuDNN convolutions, cuBLAS fc, own kernels; NCHW, one
+//   stream
+// Parameters and gradients are always in PyTorch's layout (OIHW conv weights, [out][in] fc).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+
+#include "mnist_ddp/data/dataset.hpp"
+#include "mnist_ddp/model/amp.hpp"
+#include "mnist_ddp/runtime/device.hpp"
+#include "mnist_ddp/runtime/enum_names.hpp"
+#include "ops/cpu/cpu_ops.hpp"
+
+namespace mnist_ddp {
+
+using cpu::BnSync;
+using cpu::ConvGeom;
+using cpu::SgdParams;
+
+class Ops {
+ public:
+  virtual ~Ops() = default;
+  virtual Device device() const = 0;
+
+  virtual void conv2d_forward(const ConvGeom& g, const float* x, const float* w, const float* b,
+                              float* y) = 0;
+  virtual void conv2d_backward_filter(const ConvGeom& g, const float* x, const float* dy, float* dw,
+                                      float* db) = 0;
+  virtual void conv2d_backward_data(const ConvGeom& g, const float* w, const float* dy,
+                                    float* dx) = 0;
+  // Training-BN statistics of x (c channels, n images of hw pixels, backend layout).
+  virtual void batchnorm_stats(int c, int n, int hw, const float* x, double eps, double momentum,
+                               float* save_mean, float* save_invstd, float* running_mean,
+                               float* running_var) = 0;
+  virtual void batchnorm_eval_stats(int c, const float* running_mean, const float* running_var,
+                                    double eps, float* mean, float* invstd) = 0;
+  virtual void bn_relu_pool_forward(int c, int n, int h, int w, const float* x, const float* gamma,
+                                    const float* beta, const float* mean, const float* invstd,
+                                    float* y, std::uint8_t* argmax) = 0;
+  virtual void bn_relu_pool_backward(int c, int n, int h, int w, const float* x, const float* y,
+                                     const float* dy, const std::uint8_t* argmax,
+                                     const float* gamma, const float* mean, const float* invstd,
+                                     bool batch_stats, float* dx, float* dgamma, float* dbeta) = 0;
+  virtual void linear_forward(int n, int in, int out, const float* x, const float* w,
+                              const float* b, float* y) = 0;
+  virtual void linear_backward(int n, int in, int out, const float* x, const float* w,
+                               const float* dy, float* dx, float* dw, float* db) = 0;
+  // Returns the summed loss; dlogits gets (softmax - onehot) * grad_scale.
+  virtual double softmax_cross_entropy(int n, int classes, const float* logits,
+                                       const std::int32_t* labels, float* dlogits,
+                                       double grad_scale) = 0;
+  virtual int topk_correct(int n, int classes, const float* logits, const std::int32_t* labels,
+                           int k) = 0;
+  // Activation layout <-> PyTorch's flattened fc input [N][C*HW] (and its gradient back).
+  virtual void to_fc_rows(int c, int n, int hw, const float* x, float* y) = 0;
+  virtual void from_fc_rows(int c, int n, int hw, const float* x, float* y) = 0;
+  virtual void sgd_step(std::size_t n, float* p, const float* g, float* momentum_buf,
+                        const SgdParams& s, bool first_step) = 0;
+  // Byte buffers in backend memory (maxpool argmax, int32 labels); the backend owns them.
+  virtual std::uint8_t* alloc_bytes(std::size_t n) = 0;
+  virtual void free_bytes(std::uint8_t* p) = 0;
+
+  // Host <-> backend memory (initial weights, checkpoints, replica hashes; never per step).
+  virtual void upload(const void* host, void* backend, std::size_t bytes) = 0;
+  virtual void download(const void* backend, void* host, std::size_t bytes) = 0;
+
+  // The data: each split is placed in backend memory once (slot kTrain / kTest); the visiting
+  // order is handed over once per epoch (or evaluation); gather then produces a normalised batch
+  // x[n][784] (p/255 - mean)/std and labels y[n] for order[offset, offset + n) without any
+  // host-to-device traffic per step.
+  static constexpr int kTrain = 0;
+  static constexpr int kTest = 1;
+  virtual void load_dataset(int slot, const Dataset& d) = 0;
+  virtual void set_order(int slot, std::span<const std::int64_t> order) = 0;
+  virtual void gather(int slot, std::int64_t offset, int n, float mean, float std, float* x,
+                      std::int32_t* y) = 0;
+
+  // ---- What lets a training step be captured once and replayed (CUDA graphs) ----------------
+  // The values that change from step to step live in backend memory, so a captured step reads
+  // this step's values at replay time and the graph itself never changes.
+  struct StepScalars {
+    std::int64_t offset = 0;  // into the training visiting order
+    double lr = 0;
+    bool first_step = false;  // the optimizer's first update (momentum buffer := gradient)
+  };
+  virtual void set_step_scalars(const StepScalars& s) = 0;
+  // gather() at the offset, and sgd_step() at the lr / first_step, of the last set_step_scalars.
+  virtual void gather_at_step(int slot, int n, float mean, float std, float* x,
+                              std::int32_t* y) = 0;
+  virtual void sgd_step_at_step(std::size_t n, float* p, const float* g, float* momentum_buf,
+                                const SgdParams& s) = 0;
+  // softmax_cross_entropy whose summed loss is added to a total in backend memory instead of
+  // returned (no device-to-host sync per step); take_loss_sum returns that total and clears it.
+  virtual void accumulate_loss(int n, int classes, const float* logits, const std::int32_t* labels,
+                               float* dlogits, double grad_scale) = 0;
+  virtual double take_loss_sum() = 0;
+  // The stream every op runs on (a cudaStream_t), or nullptr for a host backend.
+  virtual void* stream() const = 0;
+  // SyncBatchNorm (--sync-bn): the training-mode BN ops call these exchanges (cpu_ops.hpp);
+  // nullptr turns it off. The caller keeps *sync alive while set.
+  virtual void set_bn_sync(const BnSync* sync) = 0;
+  // Mixed precision (--amp; the CUDA backend, a UserError elsewhere unless Off). fp16/bf16:
+  // convolutions and fc GEMMs read 16-bit copies of their inputs and weights and accumulate in
+  // fp32 (conv outputs are rounded to 16 bits, as autocast's are); BN, loss, SGD stay fp32 on
+  // fp32 master weights. loss_scale (device float, or nullptr): the loss gradient of
+  // accumulate_loss is multiplied by it. skip_step (device float, or nullptr): sgd_step_at_step
+  // leaves parameters and momentum untouched where it is != 0. Both must outlive the setting.
+  virtual void set_amp(AmpMode mode, const float* loss_scale, const float* skip_step) = 0;
+};
+
+enum class CpuKernels { OneDnn, Reference };
+inline constexpr std::array<NameOf<CpuKernels>, 2> kCpuKernelsNames{
+    {{CpuKernels::OneDnn, "onednn"}, {CpuKernels::Reference, "reference"}}};
+
+// The reference CPU backend (im2col + OpenBLAS).
+std::unique_ptr<Ops> make_cpu_ops();
+// The oneDNN CPU backend.
+std::unique_ptr<Ops> make_dnnl_ops();
+// The CUDA backend (src/ops/cuda/); in a CPU-only build, a UserError saying "built without CUDA".
+// tf32: TF32 tensor cores for convolutions and the fc GEMM (PyTorch's cuDNN default).
+std::unique_ptr<Ops> make_cuda_ops(bool tf32);
+std::unique_ptr<Ops> make_ops(Device device, CpuKernels cpu_kernels = CpuKernels::OneDnn,
+                              bool tf32 = true);
+
+// Threads for BLAS and oneDNN (OpenMP) on this rank; 1 unless this rank owns several cores.
+void set_compute_threads(int threads);
+
+}  // namespace mnist_ddp

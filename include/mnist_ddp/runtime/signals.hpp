@@ -1,0 +1,25 @@
+// signals.hpp — clean stops. SIGINT/SIGTERM (and the --requeue-signal) only set a flag; at the next
+// step boundary the ranks agree (one small all-reduce), write a checkpoint and exit with 128 + the
+// signal number. A second signal ends the process at once, touching no checkpoint (a half-written
+// temporary is never renamed and is removed at the next start).
+#pragma once
+
+#include <string>
+
+#include "mnist_ddp/dist/comm.hpp"
+
+namespace mnist_ddp {
+
+// Installs the SIGINT and SIGTERM handlers (idempotent).
+void install_stop_handlers();
+// Makes signo (the --requeue-signal, SIGUSR1 by default) a stop signal like SIGTERM.
+void install_requeue_handler(int signo);
+// "USR1" -> SIGUSR1 etc. for the signals --requeue-signal accepts (USR1, USR2, TERM, HUP); 0
+// for anything else.
+int parse_signal(const std::string& name);
+// Collective: the largest pending signal over all ranks (0: keep going).
+int agree_stop_signal(Comm& comm);
+// "SIGTERM", "SIGINT", ...
+const char* signal_name(int signo);
+
+}  // namespace mnist_ddp

@@ -1,0 +1,144 @@
+// trainer.hpp — the training loop: sampler -> gather batch -> forward -> loss -> backward ->
+// gradient all-reduce -> SGD step; exact distributed evaluation; metrics and progress; checkpoint
+// cadence; resume at the exact sample; clean stops at step boundaries.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "mnist_ddp/app/cli.hpp"
+#include "mnist_ddp/checkpoint/checkpoint.hpp"
+#include "mnist_ddp/data/dataset.hpp"
+#include "mnist_ddp/dist/comm.hpp"
+#include "mnist_ddp/dist/reducer.hpp"
+#include "mnist_ddp/model/amp.hpp"
+#include "mnist_ddp/model/model.hpp"
+#include "mnist_ddp/model/optimizer.hpp"
+#include "mnist_ddp/model/tensor.hpp"
+#include "mnist_ddp/ops/step_graph.hpp"
+#include "mnist_ddp/runtime/log.hpp"
+
+namespace mnist_ddp {
+
+struct EvalResult {
+  double loss = 0;  // mean over the test set
+  double top1 = 0;  // fraction
+  double top5 = 0;
+  std::int64_t count = 0;  // images evaluated (== test set size: each counted exactly once)
+};
+
+struct TrainResult {
+  EvalResult final_eval;
+  bool evaluated = false;
+  std::int64_t steps = 0;
+  int epochs_completed = 0;
+  double train_seconds = 0;      // forward/backward/all-reduce/update only (no evaluation)
+  double images_per_second = 0;  // global training images / train_seconds
+  std::uint64_t comm_bytes = 0;  // payload bytes this rank passed to collectives
+  int stop_signal = 0;           // SIGINT/SIGTERM that stopped the run (0: ran to the end)
+  std::string last_checkpoint;   // path of the newest checkpoint written by this run
+};
+
+// How a run's gradients travel and whether its steps are graph-captured, decided once from the
+// device and the data communicator (pure: unit-tested without a GPU). A GPU's gradients go
+// through the device-memory Reducer exactly when the communicator's collectives take device
+// memory (NCCL, host-staged MPI), whatever capturable() says; graphs need a capturable step.
+struct GradientPath {
+  bool device_reducer = false;  // the Reducer works on device memory (a GPU run)
+  bool graphs = false;          // the training step is captured in CUDA graphs
+  std::string why_no_graphs;    // --cuda-graphs on but graphs off: why (logged); else ""
+};
+GradientPath choose_gradient_path(const Config& cfg, Device device, const Comm& data_comm);
+
+class Trainer {
+ public:
+  // comm: host-memory control collectives (agreement, metrics, evaluation sums); data_comm:
+  // collectives on the model's memory (the same MpiComm on CPU; NCCL or host-staged MPI on GPU).
+  // The data splits must already be loaded into ops (Ops::load_dataset). local_comm: this rank's
+  // node-local group, for post-local SGD (--local-sgd-start; CPU backend). thread_comm: the
+  // communication thread's own communicator (--overlap-engine thread).
+  Trainer(const Config& cfg, Comm& comm, Comm& data_comm, Ops& ops, ConvNet& model,
+          const DataSplit& data, Logger& log, Comm* local_comm = nullptr,
+          Comm* thread_comm = nullptr);
+  ~Trainer();
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
+  // Steps per epoch and in the whole run (after --max-steps).
+  std::int64_t steps_per_epoch() const { return steps_per_epoch_; }
+  std::int64_t total_steps() const { return total_steps_; }
+  // Continues from a checkpoint (already identical on every rank): model, optimizer, position.
+  // With another world size the position is re-derived from the global samples consumed.
+  void resume_from(const TrainingState& s);
+  TrainResult run();
+  // One data-parallel step on this rank's batch x[n][784], y[n] (backend memory), always eager;
+  // returns the local summed loss.
+  double step(const float* x, const std::int32_t* y, int n, Mode mode = Mode::Train);
+  EvalResult evaluate();
+  // The state a checkpoint holds now (rank 0's view; identical on every rank but BN buffers).
+  TrainingState state() const;
+
+ private:
+  // The step after Ops::set_step_scalars: BN-buffer broadcast, forward, loss (summed on the
+  // backend), backward with the gradient all-reduce, SGD. Enqueues only (capturable on a GPU).
+  void step_body(const float* x, const std::int32_t* y, int n, Mode mode);
+  // One training step of run(): the batch at offset_ through step_body, eager or as a graph.
+  void train_step(int n);
+  // Reporting inside run(): the live progress line; a --eval-every evaluation; the epoch's
+  // communication; the end of an epoch (its evaluation, returned).
+  void show_progress(std::int64_t first_step, double elapsed, std::int64_t images);
+  void evaluate_and_report_step();
+  void report_comm_epoch();
+  EvalResult report_epoch(bool epoch_done, double train_seconds, std::int64_t images);
+  void log_window(std::int64_t epoch, double elapsed);
+  // What to do after a divergence: the last good checkpoint (rank 0 knows it), or start again.
+  std::string good_checkpoint_advice() const;
+  // StepGraphs' hooks: the host-side step state saved before a capture and put back when the
+  // capture failed on some rank (the step then runs eagerly), and the agreement on that.
+  CaptureHooks capture_hooks();
+  // Collective: rank 0 writes, every rank learns whether it worked. preemption: the rolling
+  // preemption checkpoint of this job (the previous one is deleted once this one is on disk).
+  void checkpoint(const char* why, bool preemption = false);
+  // Collective: every rank's gradient-hook state (PowerSGD), indexed by rank; empty if none.
+  std::vector<std::vector<std::pair<std::string, std::vector<float>>>> gather_hook_state();
+  const Config& cfg_;
+  Comm& comm_;
+  Comm& data_comm_;
+  Comm* local_comm_;
+  Ops& ops_;
+  ConvNet& model_;
+  const DataSplit& data_;
+  Logger& log_;
+  Sgd sgd_;
+  std::unique_ptr<Reducer> reducer_;    // the gradient all-reduces (host or device memory)
+  std::unique_ptr<StepGraphs> graphs_;  // GPU with a capturable data communicator
+  struct StepSnapshot {                 // capture_hooks(): host state before a capture
+    std::vector<std::int64_t> num_batches_tracked;
+    std::int64_t sgd_steps = 0;
+    Reducer::Mark reducer;
+    Comm::Mark data_comm;
+  };
+  StepSnapshot before_capture_;
+  std::unique_ptr<GradScaler> scaler_;  // --amp fp16: the dynamic loss scale (on the GPU)
+  std::int64_t skipped_steps_ = 0;      // --amp fp16: steps skipped on inf/NaN in this run
+  std::int64_t replays_ = 0;            // steps run as a graph replay
+  BnSync bn_sync_;                      // --sync-bn exchanges (set on ops_ while alive)
+  LrConfig lr_;
+  CheckpointLayout layout_;
+  std::int64_t steps_per_epoch_ = 0;
+  std::int64_t total_steps_ = 0;
+  std::int64_t step_ = 0;
+  std::int64_t epoch_ = 0;
+  std::int64_t offset_ = 0;  // samples of epoch_ this rank has consumed
+  std::int64_t last_checkpoint_step_ = -1;
+  std::string last_checkpoint_;
+  double window_loss_ = 0;
+  std::int64_t window_images_ = 0;
+  double last_lr_ = 0;
+  Tensor x_;                   // [max_batch][784] in backend memory
+  Tensor dlogits_;             // [max_batch][10]
+  std::int32_t* y_ = nullptr;  // [max_batch] labels in backend memory
+};
+
+}  // namespace mnist_ddp

@@ -1,0 +1,60 @@
+// communicators.cpp — building the run's communicators in their order, each watched.
+#include "mnist_ddp/app/communicators.hpp"
+
+namespace mnist_ddp {
+
+Communicators::Communicators() : control_(make_mpi_comm()) {
+  abort_via_ = control_.get();
+  data_ = control_.get();
+}
+
+void Communicators::start_watchdog(const Config& cfg, int rank, const std::string& host) {
+  debug_collectives_ = cfg.debug_collectives;
+  // No collective may stay in flight longer than --collective-timeout: the watchdog aborts the
+  // job through the data communicator once there is one (NCCL must be aborted too), else MPI.
+  if (cfg.collective_timeout > 0) {
+    watchdog_ = std::make_unique<CollectiveWatchdog>(
+        cfg.collective_timeout, rank, host, [this] { abort_via_->abort(kExitCollectiveTimeout); });
+  }
+  watch(*control_);
+}
+
+void Communicators::watch(Comm& c) {
+  // Every communicator reports to the watchdog and, with --debug-collectives, fingerprints its
+  // collectives.
+  c.set_watchdog(watchdog_.get());
+  c.set_debug_collectives(debug_collectives_);
+}
+
+void Communicators::open_nccl() {
+  // Collective: NCCL's unique id travels by MPI_Bcast from rank 0.
+  nccl_ = make_nccl_comm();
+  data_ = nccl_.get();
+}
+
+void Communicators::bind_data(Device device, void* stream) {
+  // Collectives on the model's memory: MPI on the CPU; on a GPU, NCCL or host-staged MPI.
+  if (device == Device::Cuda && !nccl_) {
+    staged_ = make_host_staged_comm();
+    data_ = staged_.get();
+  }
+  if (data_ != control_.get()) {
+    watch(*data_);
+    abort_via_ = data_;
+  }
+  data_->bind_stream(stream);
+}
+
+void Communicators::open_local(Device device, int color, void* stream) {
+  // The group's collectives work where the gradients live, joined to the ops' stream.
+  local_ = device == Device::Cuda ? make_nccl_group_comm(color) : make_mpi_group_comm(color);
+  local_->bind_stream(stream);
+  watch(*local_);
+}
+
+void Communicators::open_thread() {
+  thread_ = make_mpi_group_comm(0);
+  watch(*thread_);
+}
+
+}  // namespace mnist_ddp

@@ -1,0 +1,84 @@
+// finish.cpp — evaluation-only runs, and training with its report (finish.hpp).
+#include "mnist_ddp/app/finish.hpp"
+
+#include <fmt/format.h>
+#include <csignal>
+#include <cstdlib>
+#include <nlohmann/json.hpp>
+#include <span>
+#include <string>
+
+#include "mnist_ddp/runtime/check.hpp"
+#include "mnist_ddp/runtime/requeue.hpp"
+#include "mnist_ddp/runtime/signals.hpp"
+#include "mnist_ddp/train/trainer.hpp"
+
+namespace mnist_ddp {
+
+int evaluate_only(Comm& control, Trainer& trainer, const DataSplit& data, std::int64_t step,
+                  Logger& log) {
+  // Collectives (inside): the model every replica holds, evaluated on disjoint test shards.
+  const EvalResult e = trainer.evaluate();
+  log.info(fmt::format(
+      "eval-only: step {} checkpoint on {} ({} test images, {} rank(s)): test top-1 {:.2f}% "
+      "top-5 {:.2f}% loss {:.4f}",
+      step, data.name, e.count, control.size(), 100 * e.top1, 100 * e.top5, e.loss));
+  log.metrics({{"event", "eval_only"},
+               {"step", step},
+               {"top1", e.top1},
+               {"top5", e.top5},
+               {"test_loss", e.loss},
+               {"count", e.count},
+               {"dataset", data.name}});
+  return kExitOk;
+}
+
+int train_and_report(Comm& control, const Config& cfg, Trainer& trainer, const DataSplit& data,
+                     Logger& log) {
+  log.info(fmt::format(
+      "training: {} epoch(s) x {} steps/epoch = {} steps{}, batch {} per rank "
+      "({} global), lr {}",
+      cfg.epochs, trainer.steps_per_epoch(), trainer.total_steps(),
+      trainer.total_steps() < trainer.steps_per_epoch() * cfg.epochs ? " (capped by --max-steps)"
+                                                                     : "",
+      cfg.batch_size, cfg.batch_size * control.size(), cfg.lr));
+  TrainResult r = trainer.run();
+  if (r.stop_signal != 0) {
+    log.info(fmt::format("stopped by {} at step {}; checkpoint {}; continue with --resume auto",
+                         signal_name(r.stop_signal), r.steps, r.last_checkpoint));
+    std::int64_t requeued = 0;
+    if (cfg.requeue && (r.stop_signal == cfg.requeue_signal || r.stop_signal == SIGTERM)) {
+      if (control.rank() == 0) {
+        // Said first: once Slurm requeues the job it ends these processes (SIGTERM, which as a
+        // second stop signal exits at once), possibly before scontrol has even returned.
+        log.info(fmt::format("requeue: asking Slurm to requeue job {} (it resumes from {})",
+                             std::getenv("SLURM_JOB_ID") ? std::getenv("SLURM_JOB_ID") : "?",
+                             r.last_checkpoint));
+        std::string what;
+        requeued = request_slurm_requeue(&what) ? 1 : 0;
+        log.info("requeue: " + what);
+      }
+      // Collective: every rank exits with the same status (0 once Slurm has requeued the job).
+      control.broadcast(std::span<std::int64_t>(&requeued, 1), 0);
+    }
+    return requeued != 0 ? kExitOk : 128 + r.stop_signal;
+  }
+  if (!r.evaluated) r.final_eval = trainer.evaluate();  // resumed a run that had already ended
+  log.metrics({{"event", "done"},
+               {"steps", r.steps},
+               {"top1", r.final_eval.top1},
+               {"top5", r.final_eval.top5},
+               {"test_loss", r.final_eval.loss},
+               {"train_s", r.train_seconds},
+               {"images_per_s", r.images_per_second},
+               {"comm_bytes", r.comm_bytes},
+               {"dataset", data.name}});
+  log.info(
+      fmt::format("done: {} steps, test top-1 {:.2f}% top-5 {:.2f}% loss {:.4f}, training "
+                  "{:.1f} s at {:.0f} img/s ({} ranks); log {}",
+                  r.steps, 100 * r.final_eval.top1, 100 * r.final_eval.top5, r.final_eval.loss,
+                  r.train_seconds, r.images_per_second, control.size(), log.log_path()));
+  return kExitOk;
+}
+
+}  // namespace mnist_ddp

@@ -1,0 +1,222 @@
+// job.cpp — the set-up phases of a run (job.hpp), moved out of main unchanged in behaviour.
+#include "mnist_ddp/app/job.hpp"
+
+#include <unistd.h>
+
+#include <fmt/format.h>
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <span>
+
+#include "mnist_ddp/app/communicators.hpp"
+#include "mnist_ddp/checkpoint/checkpoint.hpp"
+#include "mnist_ddp/dist/reducer.hpp"
+#include "mnist_ddp/model/model.hpp"
+#include "mnist_ddp/ops/ops.hpp"
+#include "mnist_ddp/runtime/agree.hpp"
+#include "mnist_ddp/runtime/check.hpp"
+#include "mnist_ddp/runtime/signals.hpp"
+
+namespace mnist_ddp {
+
+int exit_status_of(int rank, const std::function<int()>& body) {
+  try {
+    return body();
+  } catch (const AgreedExit& e) {
+    return e.code;
+  } catch (const UserError& e) {
+    // A user error outside an agreement point (all ranks hit it together, e.g. the replica
+    // check): rank 0 reports.
+    if (rank == 0) std::fprintf(stderr, "mnist_ddp: error: %s\n", e.what());
+    return e.exit_code();
+  } catch (const std::exception& e) {
+    // Unexpected on this rank only: the others may be inside a collective, so end the whole job.
+    fail_internal(e.what(), __FILE__, __LINE__);
+  }
+}
+
+std::optional<Identity> identify(int rank, int world, const MpiLocality& locality,
+                                 const std::string& host, int* exit_code) {
+  const EnvMap env = read_launch_env();
+  try {
+    return derive_identity(rank, world, locality, env, host, static_cast<long>(getpid()));
+  } catch (const UserError& e) {
+    // The launcher and MPI disagree, so MPI cannot coordinate who reports: the task Slurm/Open MPI
+    // calls 0 does (or every process when that is unknown).
+    const auto it = env.find("SLURM_PROCID");
+    if (it == env.end() || it->second == "0") {
+      std::fprintf(stderr, "mnist_ddp: error: %s\n", e.what());
+    }
+    *exit_code = e.exit_code();
+    return std::nullopt;
+  }
+}
+
+bool configure(Comm& control, const Identity& id, int argc, char** argv, Config& cfg) {
+  ParseOutcome outcome = ParseOutcome::Run;
+  // Each run_agreed is one small all-reduce after a phase that can fail on some ranks only (a
+  // file missing on one node, a node without GPUs): all ranks stop together, one prints.
+  // The launcher's local rank is checked here, inside the agreement: the node-local group size
+  // differs from node to node, so it can fail on some ranks only.
+  run_agreed(control, [&] {
+    check_local_rank(id);
+    outcome = parse_cli(argc, argv, cfg, id.rank == 0);
+  });
+  // The requeue signal stops like SIGTERM (checkpoint at the next step boundary).
+  install_requeue_handler(cfg.requeue_signal);
+  return outcome == ParseOutcome::Run;
+}
+
+Placement place(Comm& control, const Config& cfg, const Identity& id, const std::string& host) {
+  Placement p;
+  run_agreed(control, [&] {
+    p.device = resolve_device(cfg.device);
+    check_flags_for_device(cfg, p.device, mpi_thread_multiple());
+  });
+  // GPU pinning comes before any other CUDA call that touches a device (docs/DESIGN.md §3).
+  p.device_text = to_string(p.device);
+  p.use_nccl = p.device == Device::Cuda && cfg.comm != CommChoice::Mpi;
+  if (p.device == Device::Cuda) {
+    int gpu = 0;
+    run_agreed(control, [&] {
+      gpu = choose_gpu(id.local_rank, id.local_size, cuda_device_count(), p.use_nccl);
+    });
+    use_cuda_device(gpu);
+    p.device_text = fmt::format("cuda:{} {}", gpu, cuda_device_description(gpu));
+  }
+  // Collective: every rank's placement (rank, local rank, host, pid, device with its PCI bus id)
+  // in one allgather; rank 0 prints it as one table, and with NCCL every rank reaches the same
+  // verdict on the one-GPU-per-rank rule from the same records.
+  p.ranks = gather_placements(control,
+                              RankPlacement{id.rank, id.local_rank, host, id.pid, p.device_text});
+  if (p.use_nccl) check_gpus_exclusive(p.ranks);
+  p.threads =
+      cfg.threads > 0 ? cfg.threads : std::max(1, usable_cores() / std::max(1, id.local_size));
+  return p;
+}
+
+int print_env(const Identity& id, const Placement& where, const std::string& host) {
+  std::string out;
+  for (const auto& line : id.derivation) out += fmt::format("[rank {}] {}\n", id.rank, line);
+  out += fmt::format("[rank {}] host {} pid {} device {} threads {} (usable cores {})\n", id.rank,
+                     host, id.pid, to_string(where.device), where.threads, usable_cores());
+  std::fputs(out.c_str(), stdout);
+  std::fflush(stdout);
+  return kExitOk;
+}
+
+int verify_checkpoint_dir(Comm& control, const std::string& dir) {
+  float bad = 0;
+  // Collective (agreement): a missing directory on rank 0 is one error, every rank exits.
+  run_agreed(control, [&] {
+    if (control.rank() != 0) return;
+    auto ops = make_cpu_ops();  // the layout is the same on every device
+    const ConvNet model(*ops, 1);
+    const auto verdicts = verify_checkpoints(dir, checkpoint_layout(model));
+    for (const auto& v : verdicts) {
+      if (v.error.empty())
+        std::printf("ok %s (step %lld, world size %lld)\n", v.path.c_str(),
+                    static_cast<long long>(v.step), static_cast<long long>(v.world_size));
+      else
+        std::printf("BAD %s\n", v.error.c_str());
+      bad += v.error.empty() ? 0.0f : 1.0f;
+    }
+    std::printf("verified %zu checkpoint(s) in %s: %zu pass, %d fail\n", verdicts.size(),
+                dir.c_str(), verdicts.size() - static_cast<std::size_t>(bad),
+                static_cast<int>(bad));
+    std::fflush(stdout);
+  });
+  // Collective: every rank exits with rank 0's verdict (the launcher reports one status).
+  control.allreduce(std::span<float>(&bad, 1), ReduceOp::Max);
+  return bad > 0 ? kExitUserError : kExitOk;
+}
+
+void announce(const Placement& where, int rank) {
+  if (rank == 0) {
+    std::fputs(placement_table(where.ranks).c_str(), stdout);
+    std::fflush(stdout);
+  }
+  set_compute_threads(where.threads);
+}
+
+std::unique_ptr<Logger> open_log(Comm& control, const Config& cfg, const Identity& id) {
+  std::unique_ptr<Logger> log;
+  run_agreed(control, [&] {
+    const bool tty = cfg.progress == Progress::On ||
+                     (cfg.progress == Progress::Auto && isatty(fileno(stdout)) != 0);
+    // A resumed run appends to the log and metrics of the run it continues.
+    log = std::make_unique<Logger>(id.rank, cfg.log_dir, tty, cfg.resume != "none");
+  });
+  // Before any training: a checkpoint directory that cannot be written is an error now, not
+  // after an hour of lost work.
+  run_agreed(control, [&] {
+    if (id.rank == 0 && !cfg.eval_only) prepare_checkpoint_dir(cfg.checkpoint_dir);
+  });
+  log->file(fmt::format("mnist_ddp {} world {} launcher {} nodes {}", kVersion, id.world,
+                        id.launcher, id.num_nodes));
+  log->file("config: " + config_json(cfg));
+  return log;
+}
+
+DataSplit load_data(Comm& control, const Config& cfg, const Identity& id, const Placement& where,
+                    Logger& log) {
+  DataSplit data;
+  run_agreed(control, [&] { data = load_data_dir(cfg.data_dir); });
+  const char* kernels = where.device == Device::Cuda ? (cfg.tf32 ? "cuDNN, TF32" : "cuDNN, FP32")
+                        : cfg.cpu_kernels == CpuKernels::OneDnn ? "oneDNN"
+                                                                : "reference";
+  log.info(fmt::format(
+      "mnist_ddp {}: {} rank(s) on {} node(s), device {} ({} kernels), {} "
+      "thread(s)/rank",
+      kVersion, id.world, id.num_nodes, to_string(where.device), kernels, where.threads));
+  log.info(fmt::format(
+      "data: {} from {} ({} train, {} test, labels crc32 {:08x}, mean {:.4f} "
+      "std {:.4f})",
+      data.name, data.dir, data.train.count, data.test.count, data.crc32, data.mean, data.std));
+  return data;
+}
+
+std::unique_ptr<Ops> make_device_ops(Communicators& comms, const Config& cfg,
+                                     const Placement& where, const DataSplit& data) {
+  std::unique_ptr<Ops> ops;
+  run_agreed(comms.control(), [&] { ops = make_ops(where.device, cfg.cpu_kernels, cfg.tf32); });
+  // NCCL joins the ops' stream by events (no host sync), so a step can be captured as a graph.
+  comms.bind_data(where.device, ops->stream());
+  ops->load_dataset(Ops::kTrain, data.train);  // once: device-resident on a GPU
+  ops->load_dataset(Ops::kTest, data.test);
+  return ops;
+}
+
+void open_extra_communicators(Communicators& comms, const Config& cfg, const Identity& id,
+                              const Placement& where, Ops& ops, Logger& log) {
+  if (cfg.local_sgd_start >= 0) {
+    int color = id.node;
+    run_agreed(comms.control(), [&] {
+      const char* k = std::getenv("MNIST_DDP_TEST_RANKS_PER_NODE");
+      if (k == nullptr) return;
+      const std::string v = k;
+      const bool digits =
+          !v.empty() && v.size() < 7 &&
+          std::all_of(v.begin(), v.end(), [](char ch) { return ch >= '0' && ch <= '9'; });
+      if (!digits || std::stoi(v) < 1) {
+        throw UserError(fmt::format(
+            "MNIST_DDP_TEST_RANKS_PER_NODE={}: this test seam takes a positive number of ranks "
+            "per pretend node; unset it outside the tests",
+            v));
+      }
+      color = id.rank / std::stoi(v);
+    });
+    // Collective: every rank names its node (color).
+    comms.open_local(where.device, color, ops.stream());
+    log.info(fmt::format(
+        "post-local SGD: global gradient all-reduce for {} steps, then within groups of {} "
+        "rank(s) (node-local), parameters averaged over all {} ranks every {} steps",
+        cfg.local_sgd_start, comms.local()->size(), id.world, cfg.local_sgd_period));
+  }
+  if (where.device == Device::Cpu && cfg.overlap_engine == OverlapEngine::Thread && !cfg.no_overlap)
+    comms.open_thread();
+}
+
+}  // namespace mnist_ddp

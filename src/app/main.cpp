@@ -1,0 +1,78 @@
+// main.cpp — mnist_ddp's entry point, a table of contents: set up (identity, configuration,
+// placement, log, data), build (communicators, ops, model, trainer, start state), train, report,
+// tear down explicitly and in order (NCCL -> CUDA -> MPI_Finalize).
+#include <hdf5.h>
+
+#include <algorithm>
+#include <cstdio>
+
+#include "mnist_ddp/app/communicators.hpp"
+#include "mnist_ddp/app/finish.hpp"
+#include "mnist_ddp/app/job.hpp"
+#include "mnist_ddp/app/resume.hpp"
+#include "mnist_ddp/dist/ddp.hpp"
+#include "mnist_ddp/model/model.hpp"
+#include "mnist_ddp/runtime/check.hpp"
+#include "mnist_ddp/runtime/signals.hpp"
+#include "mnist_ddp/train/trainer.hpp"
+
+namespace mnist_ddp {
+
+// Everything with MPI inside lives in this scope, so it is gone before MPI_Finalize (the
+// communicators last: they were made first).
+int run(int argc, char** argv, int rank, int world, const MpiLocality& locality,
+        const std::string& host) {
+  int code = kExitOk;
+  const std::optional<Identity> id = identify(rank, world, locality, host, &code);
+  if (!id) return code;
+  Communicators comms;
+  Config cfg;
+  if (!configure(comms.control(), *id, argc, argv, cfg)) return kExitOk;
+  comms.start_watchdog(cfg, rank, host);
+  const Placement where = place(comms.control(), cfg, *id, host);
+  if (cfg.print_env) return print_env(*id, where, host);
+  if (cfg.verify_checkpoints) return verify_checkpoint_dir(comms.control(), cfg.checkpoint_dir);
+  announce(where, rank);
+  const std::unique_ptr<Logger> log = open_log(comms.control(), cfg, *id);
+  DataSplit data = load_data(comms.control(), cfg, *id, where, *log);
+  if (where.use_nccl) comms.open_nccl();  // collective: NCCL's id travels by MPI
+  const std::unique_ptr<Ops> ops = make_device_ops(comms, cfg, where, data);
+  ConvNet model(*ops, std::max(cfg.batch_size, cfg.eval_batch_size));
+  if (rank == 0) model.init(cfg.seed);
+  broadcast_model(comms.data(), model, comms.control());  // collective: rank 0's weights
+  open_extra_communicators(comms, cfg, *id, where, *ops, *log);
+  Trainer trainer(cfg, comms.control(), comms.data(), *ops, model, data, *log, comms.local(),
+                  comms.thread());
+  const std::int64_t step =
+      restore_start_state(comms.control(), cfg, data, *ops, model, trainer, *log);
+  if (cfg.eval_only) return evaluate_only(comms.control(), trainer, data, step, *log);
+  return train_and_report(comms.control(), cfg, trainer, data, *log);
+}
+
+}  // namespace mnist_ddp
+
+int main(int argc, char** argv) {
+  using namespace mnist_ddp;
+  // HDF5's exit-time cleanup would try to close a checkpoint file whose write failed (full disk)
+  // and crash; the process ends right after such a failure anyway, so skip that cleanup.
+  H5dont_atexit();
+  // Every task of a bad srun launch says why, before MPI_Init (which could only abort).
+  if (const auto problem = launch_problem_before_mpi(read_launch_env())) {
+    std::fprintf(stderr, "mnist_ddp: error: %s\n", problem->c_str());
+    return kExitUserError;
+  }
+  mpi_init(&argc, &argv);
+  int rank = 0, world = 1;
+  MpiLocality locality;
+  mpi_query(&rank, &world, &locality);
+  install_stop_handlers();
+  const std::string host = host_name();
+  set_error_identity(rank, host);
+  const int code =
+      exit_status_of(rank, [&] { return run(argc, argv, rank, world, locality, host); });
+  // Teardown in order: the NCCL communicator went with run()'s scope, then the CUDA context,
+  // then MPI.
+  release_cuda_device();
+  mpi_finalize();
+  return code;
+}

@@ -1,0 +1,163 @@
+// resume.cpp — the start state of a run: loaded on rank 0 with its warnings, broadcast, applied.
+#include "mnist_ddp/app/resume.hpp"
+
+#include <fmt/format.h>
+#include <algorithm>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <vector>
+
+#include "mnist_ddp/model/model.hpp"
+#include "mnist_ddp/ops/ops.hpp"
+#include "mnist_ddp/runtime/agree.hpp"
+#include "mnist_ddp/runtime/check.hpp"
+#include "mnist_ddp/train/trainer.hpp"
+
+namespace mnist_ddp {
+namespace {
+
+// Every rank: a model is fed exactly as it was trained, so a recorded transform replaces the
+// mean/std computed from this run's training set (they are equal on the same data).
+void use_recorded_input(const InputRecord& in, DataSplit& data, Logger& log) {
+  if (!in.recorded) return;
+  const auto mean = static_cast<float>(in.mean), std = static_cast<float>(in.std);
+  if (mean != data.mean || std != data.std) {
+    log.info(fmt::format(
+        "input: normalising as the model was trained, mean {:.4f} std {:.4f} (recorded in the "
+        "checkpoint; this data's own: mean {:.4f} std {:.4f})",
+        mean, std, data.mean, data.std));
+  }
+  data.mean = mean;
+  data.std = std;
+}
+
+}  // namespace
+
+void warn_about_input(const InputRecord& in, const std::string& path, const DataSplit& data,
+                      const std::function<void(const std::string&)>& warn) {
+  if (!in.recorded) {
+    warn(fmt::format(
+        "{} is a format-version-1 checkpoint: it does not record its input transform; this run "
+        "normalises with its data's own mean {:.4f} / std {:.4f}, and its checkpoints record them",
+        path, data.mean, data.std));
+  } else if (in.labels_crc32 != data.crc32 && in.train_count > 0) {
+    warn(fmt::format(
+        "{} was trained on '{}' (labels crc32 {:08x}, {} training images); this run reads '{}' "
+        "(labels crc32 {:08x}, {} training images) from {}: continuing on this run's data",
+        path, in.name, in.labels_crc32, in.train_count, data.name, data.crc32, data.train.count,
+        data.dir));
+  }
+}
+
+void warn_about_changed_settings(const std::string& stored_json, const Config& cfg,
+                                 const std::function<void(const std::string&)>& warn) {
+  const nlohmann::json stored = nlohmann::json::parse(stored_json, nullptr, false);
+  if (stored.is_discarded() || !stored.is_object()) return;  // written by an older version
+  const nlohmann::json now = nlohmann::json::parse(config_json(cfg));
+  std::string changed;
+  int n = 0;
+  for (const char* key :
+       {"batch_size", "seed", "lr", "lr_schedule", "lr_step_size", "lr_gamma", "warmup_steps",
+        "min_lr", "momentum", "dampening", "weight_decay", "nesterov"}) {
+    if (!stored.contains(key) || stored[key] == now[key]) continue;
+    std::string flag = key;
+    std::replace(flag.begin(), flag.end(), '_', '-');
+    changed +=
+        fmt::format("{}--{} {} -> {}", n++ ? ", " : "", flag, stored[key].dump(), now[key].dump());
+  }
+  if (n > 0) {
+    warn(fmt::format(
+        "resume: {} setting(s) differ from the checkpoint's run and apply from this step on: {}", n,
+        changed));
+  }
+}
+
+std::int64_t restore_start_state(Comm& control, const Config& cfg, DataSplit& data, Ops& ops,
+                                 ConvNet& model, Trainer& trainer, Logger& log) {
+  const CheckpointLayout layout = checkpoint_layout(model);
+  const auto warn = [&](const std::string& w) {
+    std::fprintf(stderr, "mnist_ddp: warning: %s\n", w.c_str());
+    log.file("warning: " + w);
+  };
+  // --eval-only and --init-weights need a model (from a full or a weights-only checkpoint);
+  // --resume needs the whole training state. The same on every rank (flags).
+  const bool model_only = cfg.eval_only || !cfg.init_weights.empty();
+  std::optional<TrainingState> resume;
+  std::optional<ModelWeights> weights;
+  run_agreed(control, [&] {
+    if (control.rank() != 0) return;
+    if (model_only) {
+      std::string path = cfg.eval_only ? cfg.resume : cfg.init_weights;
+      if (path == "auto") {
+        std::vector<std::string> warnings;
+        auto found = find_resume_checkpoint(cfg.checkpoint_dir, layout, &warnings);
+        for (const auto& w : warnings) warn(w);
+        if (!found) {
+          throw UserError(fmt::format(
+              "--eval-only --resume auto: no checkpoint in {} to evaluate; pass --checkpoint-dir "
+              "DIR or --resume PATH",
+              cfg.checkpoint_dir));
+        }
+        path = found->first;
+      }
+      weights = load_model_weights(path, layout);
+      log.info(fmt::format("{}: {} (the model of step {}{})",
+                           cfg.eval_only ? "eval-only" : "init-weights", path, weights->step,
+                           weights->weights_only ? ", weights only" : ""));
+      warn_about_input(weights->input, path, data, warn);
+      return;
+    }
+    if (cfg.resume == "none") return;
+    std::string from = cfg.resume;
+    if (cfg.resume == "auto") {
+      std::vector<std::string> warnings;
+      auto found = find_resume_checkpoint(cfg.checkpoint_dir, layout, &warnings);
+      for (const auto& w : warnings) warn(w);
+      if (found) {
+        log.info("resume: " + found->first);
+        from = found->first;
+        resume = std::move(found->second);
+      } else {
+        log.info(fmt::format("resume: no checkpoint in {}, starting fresh", cfg.checkpoint_dir));
+      }
+    } else {
+      resume = load_checkpoint(cfg.resume, layout);
+      log.info("resume: " + cfg.resume);
+    }
+    if (resume) {
+      warn_about_input(resume->input, from, data, warn);
+      warn_about_changed_settings(resume->config_json, cfg, warn);
+    }
+  });
+  if (model_only && broadcast_model_weights(control, weights, layout)) {
+    // Every rank: the model's weights, and the input transform it was trained with.
+    use_recorded_input(weights->input, data, log);
+    ops.upload(weights->params.data(), model.params().data(),
+               weights->params.size() * sizeof(float));
+    ops.upload(weights->buffers.data(), model.buffers().data(),
+               weights->buffers.size() * sizeof(float));
+    std::copy(weights->num_batches_tracked.begin(), weights->num_batches_tracked.end(),
+              model.num_batches_tracked().begin());
+    if (!cfg.eval_only) {
+      log.info("init-weights: training starts at step 0 with a fresh optimizer from that model");
+    }
+  }
+  if (!model_only && broadcast_training_state(control, resume, layout)) {
+    use_recorded_input(resume->input, data, log);
+    if (resume->world_size != control.size()) {
+      log.info(
+          fmt::format("resume: checkpoint written by {} ranks, now {}: model and optimizer "
+                      "restored, position re-derived from the {} samples of epoch {} "
+                      "already consumed",
+                      resume->world_size, control.size(),
+                      resume->sample_offset * resume->world_size, resume->epoch + 1));
+    }
+    trainer.resume_from(*resume);
+    log.info(fmt::format("resume: step {}, epoch {}, sample {} of the epoch", resume->step,
+                         resume->epoch + 1, resume->sample_offset));
+  }
+  return model_only && weights ? weights->step : 0;
+}
+
+}  // namespace mnist_ddp

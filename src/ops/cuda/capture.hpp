@@ -1,0 +1,13 @@
+// capture.hpp — one piece of CUDA graph capture handling shared by the CUDA sources (private):
+// ending a capture a failure left open.
+#pragma once
+
+#include <cuda_runtime.h>
+
+namespace mnist_ddp {
+
+// Ends a capture still open on `stream` (after a failed call), drops what it recorded and clears
+// the error it left, so the next eager call does not report it. A no-op when not capturing.
+void abandon_capture(cudaStream_t stream);
+
+}  // namespace mnist_ddp

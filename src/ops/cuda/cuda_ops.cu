@@ -1,0 +1,973 @@
+// cuda_ops.cu — CudaOps: the Ops interface on one GPU. cuDNN (v9 legacy API) for the
+// convolutions with the algorithm chosen once per shape (cudnnGet*Algorithm_v7) and one explicit,
+// growing workspace; cuBLAS for the fc layer; own kernels for BN statistics, the fused
+// BN->ReLU->maxpool forward/backward, softmax cross-entropy with top-1/top-5, SGD, and the batch
+// gather/normalise from the device-resident dataset. Activations are plain NCHW (so the flatten
+// before fc is a copy). Semantics are the CPU reference's (cpu_ops.hpp).
+//
+// Ordering: every op runs on one blocking stream (stream()), so a whole training step can be
+// captured into a CUDA graph (step_graph.hpp); the synchronous cudaMemcpy of upload/download/loss
+// run on the legacy default stream, which waits for that stream's work. NcclComm joins this
+// stream with events (Comm::bind_stream). The values that change per step (batch offset, lr) are
+// copied into device memory before the step (set_step_scalars), and the training loss is summed
+// on the device, so nothing inside a step needs the host.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <tuple>
+#include <vector>
+
+#include "mnist_ddp/ops/ops.hpp"
+#include "mnist_ddp/runtime/check.hpp"
+#include "runtime/cuda/cuda_check.hpp"
+
+namespace mnist_ddp {
+namespace {
+
+constexpr int kThreads = 256;
+unsigned blocks_for(std::size_t n) {
+  return static_cast<unsigned>((n + kThreads - 1) / kThreads);
+}
+
+// ---- kernels ------------------------------------------------------------------------------------
+
+// Block-wide sum of two doubles (blockDim.x == kThreads).
+__device__ void block_sum2(double* a, double* b) {
+  __shared__ double sa[kThreads], sb[kThreads];
+  sa[threadIdx.x] = *a;
+  sb[threadIdx.x] = *b;
+  __syncthreads();
+  for (int s = kThreads / 2; s > 0; s >>= 1) {
+    if (threadIdx.x < s) {
+      sa[threadIdx.x] += sa[threadIdx.x + s];
+      sb[threadIdx.x] += sb[threadIdx.x + s];
+    }
+    __syncthreads();
+  }
+  *a = sa[0];
+  *b = sb[0];
+}
+
+// Block-wide (one block per channel ch = blockIdx.x of x[N][C][HW]): the channel's batch mean
+// and biased variance, summed in double (every thread gets them).
+__device__ void channel_moments(int c, int n, int hw, const float* x, double* mu, double* var) {
+  const int ch = blockIdx.x;
+  double s = 0, ss = 0;
+  const long m = static_cast<long>(n) * hw;
+  for (long t = threadIdx.x; t < m; t += blockDim.x) {
+    const long i = t / hw, q = t % hw;
+    const double v = x[(i * c + ch) * hw + q];
+    s += v;
+    ss += v * v;
+  }
+  block_sum2(&s, &ss);
+  const double md = static_cast<double>(m);
+  *mu = s / md;
+  *var = fmax(ss / md - *mu * *mu, 0.0);
+}
+
+// From a channel's moments over md values: the saved statistics and the running-statistics
+// update (unbiased variance).
+__device__ void finalize_channel(int ch, double mu, double var, double md, double eps,
+                                 double momentum, float* mean, float* invstd, float* rm,
+                                 float* rv) {
+  mean[ch] = static_cast<float>(mu);
+  invstd[ch] = static_cast<float>(1.0 / sqrt(var + eps));
+  const double unbiased = md > 1 ? var * md / (md - 1) : var;
+  rm[ch] = static_cast<float>((1 - momentum) * rm[ch] + momentum * mu);
+  rv[ch] = static_cast<float>((1 - momentum) * rv[ch] + momentum * unbiased);
+}
+
+// One block per channel: batch mean / invstd and the running-statistics update.
+__global__ void bn_stats_kernel(int c, int n, int hw, const float* x, double eps, double momentum,
+                                float* mean, float* invstd, float* rm, float* rv) {
+  double mu = 0, var = 0;
+  channel_moments(c, n, hw, x, &mu, &var);
+  if (threadIdx.x == 0) {
+    finalize_channel(blockIdx.x, mu, var, static_cast<double>(n) * hw, eps, momentum, mean, invstd,
+                     rm, rv);
+  }
+}
+
+// SyncBatchNorm (--sync-bn), forward in two halves around the host exchange: this rank's
+// per-channel moments (one block per channel) ...
+__global__ void bn_moments_kernel(int c, int n, int hw, const float* x, double* moments) {
+  double mu = 0, var = 0;
+  channel_moments(c, n, hw, x, &mu, &var);
+  if (threadIdx.x == 0) {
+    moments[2 * blockIdx.x] = mu;
+    moments[2 * blockIdx.x + 1] = var;
+  }
+}
+
+// ... and, from the union batch's moments over md values per channel, the statistics (one thread
+// per channel).
+__global__ void bn_finalize_kernel(int c, const double* moments, double md, double eps,
+                                   double momentum, float* mean, float* invstd, float* rm,
+                                   float* rv) {
+  const int ch = blockIdx.x * blockDim.x + threadIdx.x;
+  if (ch >= c) return;
+  finalize_channel(ch, moments[2 * ch], moments[2 * ch + 1], md, eps, momentum, mean, invstd, rm,
+                   rv);
+}
+
+__global__ void bn_eval_stats_kernel(int c, const float* rm, const float* rv, double eps,
+                                     float* mean, float* invstd) {
+  const int ch = blockIdx.x * blockDim.x + threadIdx.x;
+  if (ch >= c) return;
+  mean[ch] = rm[ch];
+  invstd[ch] = static_cast<float>(1.0 / sqrt(static_cast<double>(rv[ch]) + eps));
+}
+
+// One thread per pooled output of y[N][C][H/2][W/2].
+__global__ void bn_relu_pool_fwd_kernel(int c, int n, int h, int w, const float* x,
+                                        const float* gamma, const float* beta, const float* mean,
+                                        const float* invstd, float* y, std::uint8_t* arg) {
+  const int oh = h / 2, ow = w / 2;
+  const long total = static_cast<long>(n) * c * oh * ow;
+  const long t = blockIdx.x * static_cast<long>(blockDim.x) + threadIdx.x;
+  if (t >= total) return;
+  const int j = t % ow, i = (t / ow) % oh;
+  const long plane = t / (static_cast<long>(oh) * ow);  // i_n * c + ch
+  const int ch = plane % c;
+  const double scd = static_cast<double>(gamma[ch]) * invstd[ch];
+  const float sc = static_cast<float>(scd);
+  const float sh = static_cast<float>(beta[ch] - static_cast<double>(mean[ch]) * scd);
+  const float* p = x + plane * h * w + (2 * i) * w + 2 * j;
+  const float a = p[0] * sc + sh, b = p[1] * sc + sh, cc = p[w] * sc + sh, d = p[w + 1] * sc + sh;
+  // First maximum in row-major window order wins ties (PyTorch's rule).
+  const float m01 = b > a ? b : a, m23 = d > cc ? d : cc;
+  const int i01 = b > a ? 1 : 0, i23 = d > cc ? 3 : 2;
+  const bool hi = m23 > m01;
+  const float best = hi ? m23 : m01;
+  y[t] = best > 0.f ? best : 0.f;
+  arg[t] = static_cast<std::uint8_t>(hi ? i23 : i01);
+}
+
+// One block per channel: sums over the pooled grid of g (relu-masked dy) and g*(x[argmax]-mean).
+__global__ void bn_relu_pool_sums_kernel(int c, int n, int h, int w, const float* x, const float* y,
+                                         const float* dy, const std::uint8_t* arg,
+                                         const float* mean, double* sums) {
+  const int ch = blockIdx.x, oh = h / 2, ow = w / 2;
+  const long per = static_cast<long>(oh) * ow, m = n * per;
+  double s1 = 0, s2 = 0;
+  for (long t = threadIdx.x; t < m; t += blockDim.x) {
+    const long i_n = t / per, r = t % per;
+    const long q = (i_n * c + ch) * per + r;
+    if (!(y[q] > 0.f)) continue;
+    const int i = r / ow, j = r % ow, a = arg[q];
+    const float xv = x[(i_n * c + ch) * h * w + (2 * i + (a >> 1)) * w + 2 * j + (a & 1)];
+    s1 += dy[q];
+    s2 += static_cast<double>(dy[q]) * (xv - mean[ch]);
+  }
+  block_sum2(&s1, &s2);
+  if (threadIdx.x == 0) {
+    sums[2 * ch] = s1;
+    sums[2 * ch + 1] = s2;
+  }
+}
+
+// dgamma/dbeta from the sums (one thread per channel).
+__global__ void bn_param_grads_kernel(int c, const double* sums, const float* invstd, float* dgamma,
+                                      float* dbeta) {
+  const int ch = blockIdx.x * blockDim.x + threadIdx.x;
+  if (ch >= c) return;
+  dbeta[ch] = static_cast<float>(sums[2 * ch]);
+  dgamma[ch] = static_cast<float>(sums[2 * ch + 1] * invstd[ch]);
+}
+
+// One thread per pooled window: dx at its four positions.
+__global__ void bn_relu_pool_dx_kernel(int c, int n, int h, int w, const float* x, const float* y,
+                                       const float* dy, const std::uint8_t* arg, const float* gamma,
+                                       const float* mean, const float* invstd, const double* sums,
+                                       double md, bool batch_stats, float* dx) {
+  const int oh = h / 2, ow = w / 2;
+  const long total = static_cast<long>(n) * c * oh * ow;
+  const long t = blockIdx.x * static_cast<long>(blockDim.x) + threadIdx.x;
+  if (t >= total) return;
+  const int j = t % ow, i = (t / ow) % oh;
+  const long plane = t / (static_cast<long>(oh) * ow);
+  const int ch = plane % c;
+  const double is = invstd[ch];
+  const float k = static_cast<float>(gamma[ch] * is);
+  // Training BN: dx = c0 + (x - mu) * c1 + k*dy at the argmax; fixed statistics: k*dy only.
+  const float c0 = batch_stats ? static_cast<float>(-k * sums[2 * ch] / md) : 0.f;
+  const float c1 = batch_stats ? static_cast<float>(-k * sums[2 * ch + 1] * is * is / md) : 0.f;
+  const float mu = mean[ch];
+  const float g = y[t] > 0.f ? k * dy[t] : 0.f;
+  const int a = arg[t];
+  const float* xp = x + plane * h * w + (2 * i) * w + 2 * j;
+  float* dp = dx + plane * h * w + (2 * i) * w + 2 * j;
+  dp[0] = c0 + (xp[0] - mu) * c1 + (a == 0 ? g : 0.f);
+  dp[1] = c0 + (xp[1] - mu) * c1 + (a == 1 ? g : 0.f);
+  dp[w] = c0 + (xp[w] - mu) * c1 + (a == 2 ? g : 0.f);
+  dp[w + 1] = c0 + (xp[w + 1] - mu) * c1 + (a == 3 ? g : 0.f);
+}
+
+__global__ void add_row_bias_kernel(int n, int out, const float* b, float* y) {
+  const long t = blockIdx.x * static_cast<long>(blockDim.x) + threadIdx.x;
+  if (t < static_cast<long>(n) * out) y[t] += b[t % out];
+}
+
+__global__ void column_sums_kernel(int n, int out, const float* dy, float* db) {
+  const int o = blockIdx.x * blockDim.x + threadIdx.x;
+  if (o >= out) return;
+  float s = 0;
+  for (int i = 0; i < n; ++i) s += dy[static_cast<long>(i) * out + o];
+  db[o] = s;
+}
+
+// One thread per row: loss, gradient and top-k counts (k = 1 and 5 together).
+__global__ void softmax_xent_kernel(int n, int classes, const float* z, const std::int32_t* labels,
+                                    float* dz, double grad_scale, double* loss, int* top1,
+                                    int* top5, const float* loss_scale) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  const float* zi = z + static_cast<long>(i) * classes;
+  double mx = zi[0];
+  for (int k = 1; k < classes; ++k) mx = fmax(mx, static_cast<double>(zi[k]));
+  double sum = 0;
+  for (int k = 0; k < classes; ++k) sum += exp(zi[k] - mx);
+  const double lse = mx + log(sum);
+  const int label = labels[i];
+  atomicAdd(loss, lse - zi[label]);
+  int greater = 0;
+  for (int k = 0; k < classes; ++k) greater += zi[k] > zi[label] ? 1 : 0;
+  if (greater < 1) atomicAdd(top1, 1);
+  if (greater < 5) atomicAdd(top5, 1);
+  if (dz != nullptr) {
+    // --amp fp16: the gradient of the scaled loss (the scale lives on the device).
+    if (loss_scale != nullptr) grad_scale *= static_cast<double>(*loss_scale);
+    for (int k = 0; k < classes; ++k) {
+      const double p = exp(zi[k] - lse);
+      dz[static_cast<long>(i) * classes + k] =
+          static_cast<float>((p - (k == label ? 1.0 : 0.0)) * grad_scale);
+    }
+  }
+}
+
+// The per-step values a captured step reads at replay time (Ops::StepScalars on the device).
+struct DeviceScalars {
+  std::int64_t offset;
+  float lr;
+  int first_step;
+};
+
+// at != nullptr: lr and the first-step flag come from device memory (a captured step).
+// pending != nullptr (--amp fp16): 1 while every step so far was skipped, so this is still the
+// optimizer's first update (track_first_update_kernel keeps it).
+__global__ void sgd_kernel(std::size_t n, float* p, const float* g, float* buf, float lr, float mom,
+                           float damp, float wd, bool nesterov, bool first, const DeviceScalars* at,
+                           const float* skip, const int* pending) {
+  const std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
+  if (i >= n) return;
+  // --amp fp16: a step whose gradients held inf/NaN (on any rank) changes nothing.
+  if (skip != nullptr && *skip != 0.f) return;
+  if (at != nullptr) {
+    lr = at->lr;
+    first = at->first_step != 0 || (pending != nullptr && *pending != 0);
+  }
+  float d = g[i];
+  if (wd != 0.f) d = d + wd * p[i];
+  if (mom != 0.f) {
+    buf[i] = first ? d : mom * buf[i] + damp * d;
+    d = nesterov ? d + mom * buf[i] : buf[i];
+  }
+  p[i] = p[i] - lr * d;
+}
+
+// After sgd_kernel under --amp fp16 (one thread): a skipped step is no update, so when this step
+// was the first update and was skipped, the next one is the first again. PyTorch's rule: the
+// momentum buffer starts as the gradient at the first step that actually updates.
+__global__ void track_first_update_kernel(const DeviceScalars* at, const float* skip,
+                                          int* pending) {
+  const bool first = at->first_step != 0 || *pending != 0;
+  *pending = first && *skip != 0.f ? 1 : 0;
+}
+
+// One thread per pixel of the batch: x[b][p] = image[order[offset+b]][p] * a + c.
+// at != nullptr: the offset comes from device memory (a captured step).
+__global__ void gather_kernel(const std::uint8_t* images, const std::uint8_t* labels,
+                              const std::int64_t* order, std::int64_t offset, int n, float a,
+                              float c, float* x, std::int32_t* y, const DeviceScalars* at) {
+  const long t = blockIdx.x * static_cast<long>(blockDim.x) + threadIdx.x;
+  if (t >= static_cast<long>(n) * kImagePixels) return;
+  if (at != nullptr) offset = at->offset;
+  const long b = t / kImagePixels, p = t % kImagePixels;
+  const std::int64_t idx = order[offset + b];
+  x[t] = static_cast<float>(images[idx * kImagePixels + p]) * a + c;
+  if (p == 0) y[b] = labels[idx];
+}
+
+// ---- mixed precision (--amp): fp32 <-> 16-bit copies
+// ---------------------------------------------
+
+__device__ __half to16(float v, __half*) {
+  return __float2half_rn(v);
+}
+__device__ __nv_bfloat16 to16(float v, __nv_bfloat16*) {
+  return __float2bfloat16_rn(v);
+}
+__device__ float from16(__half v) {
+  return __half2float(v);
+}
+__device__ float from16(__nv_bfloat16 v) {
+  return __bfloat162float(v);
+}
+
+// y[i] = x[i] rounded to nearest even in T (fp16 overflows to inf, which the scaler catches).
+template <typename T>
+__global__ void to16_kernel(std::size_t n, const float* x, T* y) {
+  const std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
+  if (i < n) y[i] = to16(x[i], static_cast<T*>(nullptr));
+}
+template <typename T>
+__global__ void from16_kernel(std::size_t n, const T* x, float* y) {
+  const std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
+  if (i < n) y[i] = from16(x[i]);
+}
+
+// ---- cuDNN convolution plans ------------------------------------------------------------------
+
+// The choice from a cuDNN heuristics list (best first): only entries whose status is success and
+// whose math type the run allows (full FP32 with --tf32 off: FMA math only, as PyTorch asserts),
+// the first deterministic one of those (a run is bitwise reproducible, and graph replay provably
+// equals eager launches), else the first of those; nullptr when none is usable.
+template <typename Perf>
+const Perf* pick_algorithm(const Perf* perf, int found, bool fma_only) {
+  const auto usable = [&](const Perf& p) {
+    return p.status == CUDNN_STATUS_SUCCESS && (!fma_only || p.mathType == CUDNN_FMA_MATH);
+  };
+  for (int i = 0; i < found; ++i) {
+    if (usable(perf[i]) && perf[i].determinism == CUDNN_DETERMINISTIC) return &perf[i];
+  }
+  for (int i = 0; i < found; ++i) {
+    if (usable(perf[i])) return &perf[i];
+  }
+  return nullptr;
+}
+
+// One convolution shape in one precision. x/y/w describe the data cuDNN reads and writes (fp32,
+// or the 16-bit copies under --amp); yf is the fp32 output the bias is added to and taken from.
+struct ConvPlan {
+  cudnnTensorDescriptor_t x = nullptr, y = nullptr, yf = nullptr, bias = nullptr;
+  cudnnFilterDescriptor_t w = nullptr;
+  // One convolution descriptor per direction: each carries the math type cuDNN returned with
+  // that direction's algorithm (cuDNN needs algorithm and math type together, as PyTorch sets).
+  cudnnConvolutionDescriptor_t conv = nullptr, conv_bwd_data = nullptr, conv_bwd_filter = nullptr;
+  cudnnConvolutionFwdAlgo_t fwd{};
+  cudnnConvolutionBwdDataAlgo_t bwd_data{};
+  bool has_bwd_data = false;  // chosen on first use: layer 1 never computes its input gradient
+  cudnnConvolutionBwdFilterAlgo_t bwd_filter{};
+  cudnnDataType_t dtype = CUDNN_DATA_FLOAT;   // of x, y and w
+  cudnnMathType_t math = CUDNN_DEFAULT_MATH;  // asked of the heuristics
+  // --amp: 16-bit copies, owned by the plan so their addresses never change (graph replay).
+  bool half = false;
+  std::size_t x_elems = 0, y_elems = 0, w_elems = 0;
+  void *hx = nullptr, *hdx = nullptr, *hy = nullptr, *hdy = nullptr, *hw = nullptr, *hdw = nullptr;
+  ~ConvPlan() {
+    if (x) cudnnDestroyTensorDescriptor(x);
+    if (y) cudnnDestroyTensorDescriptor(y);
+    if (yf) cudnnDestroyTensorDescriptor(yf);
+    if (bias) cudnnDestroyTensorDescriptor(bias);
+    if (w) cudnnDestroyFilterDescriptor(w);
+    for (auto d : {conv, conv_bwd_data, conv_bwd_filter})
+      if (d) cudnnDestroyConvolutionDescriptor(d);
+    for (void* p : {hx, hdx, hy, hdy, hw, hdw})
+      if (p) cudaFree(p);
+  }
+};
+
+// --amp: the fc layer's 16-bit copies for one (n, in, out), owned like ConvPlan's.
+struct LinearScratch {
+  void *x = nullptr, *w = nullptr, *dy = nullptr;
+  ~LinearScratch() {
+    for (void* p : {x, w, dy})
+      if (p) cudaFree(p);
+  }
+};
+
+class CudaOps final : public Ops {
+ public:
+  explicit CudaOps(bool tf32) : tf32_(tf32) {
+    CUDA_CHECK(cudaStreamCreate(&stream_));  // blocking: the legacy stream waits for it
+    CUDNN_CHECK(cudnnCreate(&cudnn_));
+    CUDNN_CHECK(cudnnSetStream(cudnn_, stream_));
+    CUBLAS_CHECK(cublasCreate(&cublas_));
+    // The stream first: cublasSetStream resets the workspace to cuBLAS's own pool, and an explicit
+    // workspace keeps cuBLAS from allocating while a step is being captured.
+    CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
+    CUDA_CHECK(cudaMalloc(&cublas_workspace_, kCublasWorkspace));
+    CUBLAS_CHECK(cublasSetWorkspace(cublas_, cublas_workspace_, kCublasWorkspace));
+    // TF32 as PyTorch's default for cuDNN convolutions; off gives full FP32 (parity tests).
+    CUBLAS_CHECK(
+        cublasSetMathMode(cublas_, tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_PEDANTIC_MATH));
+    CUDA_CHECK(cudaMalloc(&scalars_, 64));
+    CUDA_CHECK(cudaMalloc(&bn_sums_, 2 * 64 * sizeof(double)));
+    CUDA_CHECK(cudaMalloc(&loss_sum_, sizeof(double)));
+    CUDA_CHECK(cudaMemset(loss_sum_, 0, sizeof(double)));
+    CUDA_CHECK(cudaMalloc(&dev_scalars_, sizeof(DeviceScalars)));
+    CUDA_CHECK(cudaMemset(dev_scalars_, 0, sizeof(DeviceScalars)));
+    CUDA_CHECK(cudaMalloc(&first_pending_, sizeof(int)));
+    CUDA_CHECK(cudaMemset(first_pending_, 0, sizeof(int)));
+    CUDA_CHECK(cudaMallocHost(&host_scalars_, kScalarSlots * sizeof(DeviceScalars)));
+    for (auto& e : scalar_copied_) CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  }
+  ~CudaOps() override {
+    plans_.clear();
+    linear_.clear();
+    if (workspace_) cudaFree(workspace_);
+    for (void* p : retired_) cudaFree(p);
+    for (auto* p : {dev_images_[0], dev_images_[1], dev_labels_[0], dev_labels_[1]})
+      if (p) cudaFree(p);
+    for (auto* p : dev_order_)
+      if (p) cudaFree(p);
+    cudaFree(scalars_);
+    cudaFree(bn_sums_);
+    cudaFree(loss_sum_);
+    cudaFree(dev_scalars_);
+    cudaFree(first_pending_);
+    cudaFreeHost(host_scalars_);
+    for (auto e : scalar_copied_) cudaEventDestroy(e);
+    cublasDestroy(cublas_);
+    cudaFree(cublas_workspace_);
+    cudnnDestroy(cudnn_);
+    cudaStreamDestroy(stream_);
+  }
+  Device device() const override { return Device::Cuda; }
+
+  void conv2d_forward(const ConvGeom& g, const float* x, const float* w, const float* b,
+                      float* y) override {
+    ConvPlan& p = plan(g);
+    const float one = 1.f, zero = 0.f;
+    if (p.half) {
+      // Autocast: 16-bit input and weights, fp32 accumulation, the output rounded to 16 bits.
+      cast_to16(x, p.hx, p.x_elems);
+      cast_to16(w, p.hw, p.w_elems);
+      CUDNN_CHECK(cudnnConvolutionForward(cudnn_, &one, p.x, p.hx, p.w, p.hw, p.conv, p.fwd,
+                                          workspace_, workspace_bytes_, &zero, p.y, p.hy));
+      cast_from16(p.hy, y, p.y_elems);
+    } else {
+      CUDNN_CHECK(cudnnConvolutionForward(cudnn_, &one, p.x, x, p.w, w, p.conv, p.fwd, workspace_,
+                                          workspace_bytes_, &zero, p.y, y));
+    }
+    CUDNN_CHECK(cudnnAddTensor(cudnn_, &one, p.bias, b, &one, p.yf, y));
+  }
+  void conv2d_backward_filter(const ConvGeom& g, const float* x, const float* dy, float* dw,
+                              float* db) override {
+    ConvPlan& p = plan(g);
+    const float one = 1.f, zero = 0.f;
+    if (p.half) {
+      // The weight gradient is produced in 16 bits (an fp16 overflow becomes inf: the scaler
+      // skips the step) and widened into the fp32 gradient arena.
+      cast_to16(x, p.hx, p.x_elems);
+      cast_to16(dy, p.hdy, p.y_elems);
+      CUDNN_CHECK(cudnnConvolutionBackwardFilter(cudnn_, &one, p.x, p.hx, p.y, p.hdy,
+                                                 p.conv_bwd_filter, p.bwd_filter, workspace_,
+                                                 workspace_bytes_, &zero, p.w, p.hdw));
+      cast_from16(p.hdw, dw, p.w_elems);
+    } else {
+      CUDNN_CHECK(cudnnConvolutionBackwardFilter(cudnn_, &one, p.x, x, p.y, dy, p.conv_bwd_filter,
+                                                 p.bwd_filter, workspace_, workspace_bytes_, &zero,
+                                                 p.w, dw));
+    }
+    CUDNN_CHECK(cudnnConvolutionBackwardBias(cudnn_, &one, p.yf, dy, &zero, p.bias, db));
+  }
+  void conv2d_backward_data(const ConvGeom& g, const float* w, const float* dy,
+                            float* dx) override {
+    ConvPlan& p = plan(g);
+    if (!p.has_bwd_data) choose_backward_data(g, p);  // first use: an eager step, never captured
+    const float one = 1.f, zero = 0.f;
+    if (p.half) {
+      cast_to16(w, p.hw, p.w_elems);
+      cast_to16(dy, p.hdy, p.y_elems);
+      CUDNN_CHECK(cudnnConvolutionBackwardData(cudnn_, &one, p.w, p.hw, p.y, p.hdy, p.conv_bwd_data,
+                                               p.bwd_data, workspace_, workspace_bytes_, &zero, p.x,
+                                               p.hdx));
+      cast_from16(p.hdx, dx, p.x_elems);
+    } else {
+      CUDNN_CHECK(cudnnConvolutionBackwardData(cudnn_, &one, p.w, w, p.y, dy, p.conv_bwd_data,
+                                               p.bwd_data, workspace_, workspace_bytes_, &zero, p.x,
+                                               dx));
+    }
+  }
+  void batchnorm_stats(int c, int n, int hw, const float* x, double eps, double momentum,
+                       float* save_mean, float* save_invstd, float* running_mean,
+                       float* running_var) override {
+    if (bn_sync_ == nullptr) {
+      bn_stats_kernel<<<c, kThreads, 0, stream_>>>(c, n, hw, x, eps, momentum, save_mean,
+                                                   save_invstd, running_mean, running_var);
+      CUDA_CHECK(cudaGetLastError());
+      return;
+    }
+    // SyncBatchNorm forward: this rank's moments, combined with every rank's on the host (the
+    // BnSync exchange: a few doubles per channel), then the statistics of the union batch.
+    MNIST_DDP_CHECK(c <= 64, "more channels than the BN scratch holds");
+    bn_moments_kernel<<<c, kThreads, 0, stream_>>>(c, n, hw, x, bn_sums_);
+    CUDA_CHECK(cudaGetLastError());
+    std::vector<double> moments(2 * static_cast<std::size_t>(c)), mean(c), var(c);
+    // Sync: the legacy-stream copy waits for the moments kernel on the ops' stream.
+    CUDA_CHECK(cudaMemcpy(moments.data(), bn_sums_, moments.size() * sizeof(double),
+                          cudaMemcpyDeviceToHost));
+    for (int ch = 0; ch < c; ++ch) {
+      mean[ch] = moments[2 * ch];
+      var[ch] = moments[2 * ch + 1];
+    }
+    double md = static_cast<double>(n) * hw;
+    bn_sync_->stats(c, mean.data(), var.data(), &md);
+    for (int ch = 0; ch < c; ++ch) {
+      moments[2 * ch] = mean[ch];
+      moments[2 * ch + 1] = var[ch];
+    }
+    CUDA_CHECK(cudaMemcpy(bn_sums_, moments.data(), moments.size() * sizeof(double),
+                          cudaMemcpyHostToDevice));
+    bn_finalize_kernel<<<blocks_for(c), kThreads, 0, stream_>>>(
+        c, bn_sums_, md, eps, momentum, save_mean, save_invstd, running_mean, running_var);
+    CUDA_CHECK(cudaGetLastError());
+  }
+  void batchnorm_eval_stats(int c, const float* running_mean, const float* running_var, double eps,
+                            float* mean, float* invstd) override {
+    bn_eval_stats_kernel<<<blocks_for(c), kThreads, 0, stream_>>>(c, running_mean, running_var, eps,
+                                                                  mean, invstd);
+    CUDA_CHECK(cudaGetLastError());
+  }
+  void bn_relu_pool_forward(int c, int n, int h, int w, const float* x, const float* gamma,
+                            const float* beta, const float* mean, const float* invstd, float* y,
+                            std::uint8_t* argmax) override {
+    const std::size_t total = static_cast<std::size_t>(n) * c * (h / 2) * (w / 2);
+    bn_relu_pool_fwd_kernel<<<blocks_for(total), kThreads, 0, stream_>>>(c, n, h, w, x, gamma, beta,
+                                                                         mean, invstd, y, argmax);
+    CUDA_CHECK(cudaGetLastError());
+  }
+  void bn_relu_pool_backward(int c, int n, int h, int w, const float* x, const float* y,
+                             const float* dy, const std::uint8_t* argmax, const float* gamma,
+                             const float* mean, const float* invstd, bool batch_stats, float* dx,
+                             float* dgamma, float* dbeta) override {
+    MNIST_DDP_CHECK(c <= 64, "more channels than the BN scratch holds");
+    bn_relu_pool_sums_kernel<<<c, kThreads, 0, stream_>>>(c, n, h, w, x, y, dy, argmax, mean,
+                                                          bn_sums_);
+    CUDA_CHECK(cudaGetLastError());
+    bn_param_grads_kernel<<<blocks_for(c), kThreads, 0, stream_>>>(c, bn_sums_, invstd, dgamma,
+                                                                   dbeta);
+    CUDA_CHECK(cudaGetLastError());
+    double md = static_cast<double>(n) * h * w;
+    if (bn_sync_ != nullptr && batch_stats) {
+      // SyncBatchNorm backward: [sum dy, sum dy (x - mean)] summed over ranks on the host
+      // (dgamma/dbeta stay this rank's: DDP averages them like every gradient).
+      std::vector<double> sums(2 * static_cast<std::size_t>(c));
+      // Sync: the legacy-stream copy waits for the sums kernel on the ops' stream.
+      CUDA_CHECK(
+          cudaMemcpy(sums.data(), bn_sums_, sums.size() * sizeof(double), cudaMemcpyDeviceToHost));
+      bn_sync_->grad_sums(c, sums.data(), &md);
+      CUDA_CHECK(
+          cudaMemcpy(bn_sums_, sums.data(), sums.size() * sizeof(double), cudaMemcpyHostToDevice));
+    }
+    const std::size_t total = static_cast<std::size_t>(n) * c * (h / 2) * (w / 2);
+    bn_relu_pool_dx_kernel<<<blocks_for(total), kThreads, 0, stream_>>>(
+        c, n, h, w, x, y, dy, argmax, gamma, mean, invstd, bn_sums_, md, batch_stats, dx);
+    CUDA_CHECK(cudaGetLastError());
+  }
+  void linear_forward(int n, int in, int out, const float* x, const float* w, const float* b,
+                      float* y) override {
+    // Row-major y[N][out] = x[N][in] w[out][in]^T is column-major y^T = w x^T.
+    const float one = 1.f, zero = 0.f;
+    if (amp_ != AmpMode::Off) {
+      // Autocast: 16-bit x[N][in] and w[out][in], fp32 accumulation into the fp32 y.
+      LinearScratch& l = linear_scratch(n, in, out);
+      cast_to16(x, l.x, static_cast<std::size_t>(n) * in);
+      cast_to16(w, l.w, static_cast<std::size_t>(out) * in);
+      CUBLAS_CHECK(cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, out, n, in, &one, l.w, t16(), in,
+                                l.x, t16(), in, &zero, y, CUDA_R_32F, out, CUBLAS_COMPUTE_32F,
+                                CUBLAS_GEMM_DEFAULT));
+    } else {
+      CUBLAS_CHECK(cublasSgemm(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, out, n, in, &one, w, in, x, in,
+                               &zero, y, out));
+    }
+    add_row_bias_kernel<<<blocks_for(static_cast<std::size_t>(n) * out), kThreads, 0, stream_>>>(
+        n, out, b, y);
+    CUDA_CHECK(cudaGetLastError());
+  }
+  void linear_backward(int n, int in, int out, const float* x, const float* w, const float* dy,
+                       float* dx, float* dw, float* db) override {
+    const float one = 1.f, zero = 0.f;
+    if (amp_ != AmpMode::Off) {
+      // The same products on 16-bit copies of x, w and dy[N][out], fp32 accumulation and output.
+      LinearScratch& l = linear_scratch(n, in, out);
+      cast_to16(x, l.x, static_cast<std::size_t>(n) * in);
+      cast_to16(w, l.w, static_cast<std::size_t>(out) * in);
+      cast_to16(dy, l.dy, static_cast<std::size_t>(n) * out);
+      CUBLAS_CHECK(cublasGemmEx(cublas_, CUBLAS_OP_N, CUBLAS_OP_T, in, out, n, &one, l.x, t16(), in,
+                                l.dy, t16(), out, &zero, dw, CUDA_R_32F, in, CUBLAS_COMPUTE_32F,
+                                CUBLAS_GEMM_DEFAULT));
+      column_sums_kernel<<<blocks_for(out), kThreads, 0, stream_>>>(n, out, dy, db);
+      CUDA_CHECK(cudaGetLastError());
+      if (dx != nullptr) {
+        CUBLAS_CHECK(cublasGemmEx(cublas_, CUBLAS_OP_N, CUBLAS_OP_N, in, n, out, &one, l.w, t16(),
+                                  in, l.dy, t16(), out, &zero, dx, CUDA_R_32F, in,
+                                  CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+      }
+      return;
+    }
+    // dw[out][in] = dy^T x: column-major dw^T (in x out) = x^T (in x N) * dy (N x out).
+    CUBLAS_CHECK(cublasSgemm(cublas_, CUBLAS_OP_N, CUBLAS_OP_T, in, out, n, &one, x, in, dy, out,
+                             &zero, dw, in));
+    column_sums_kernel<<<blocks_for(out), kThreads, 0, stream_>>>(n, out, dy, db);
+    CUDA_CHECK(cudaGetLastError());
+    // dx[N][in] = dy w: column-major dx^T (in x N) = w^T (in x out) * dy^T (out x N).
+    if (dx != nullptr) {
+      CUBLAS_CHECK(cublasSgemm(cublas_, CUBLAS_OP_N, CUBLAS_OP_N, in, n, out, &one, w, in, dy, out,
+                               &zero, dx, in));
+    }
+  }
+  double softmax_cross_entropy(int n, int classes, const float* logits, const std::int32_t* labels,
+                               float* dlogits, double grad_scale) override {
+    run_xent(n, classes, logits, labels, dlogits, grad_scale);
+    double loss = 0;
+    CUDA_CHECK(cudaMemcpy(&loss, scalars_, sizeof loss, cudaMemcpyDeviceToHost));
+    return loss;
+  }
+  int topk_correct(int n, int classes, const float* logits, const std::int32_t* labels,
+                   int k) override {
+    MNIST_DDP_CHECK(k == 1 || k == 5, "top-k for k = 1 or 5");
+    run_xent(n, classes, logits, labels, nullptr, 1.0);
+    int counts[2] = {0, 0};
+    CUDA_CHECK(cudaMemcpy(counts, reinterpret_cast<char*>(scalars_) + 8, sizeof counts,
+                          cudaMemcpyDeviceToHost));
+    return k == 1 ? counts[0] : counts[1];
+  }
+  void to_fc_rows(int c, int n, int hw, const float* x, float* y) override {
+    // NCHW already is PyTorch's flatten order.
+    CUDA_CHECK(
+        cudaMemcpyAsync(y, x, sizeof(float) * c * n * hw, cudaMemcpyDeviceToDevice, stream_));
+  }
+  void from_fc_rows(int c, int n, int hw, const float* x, float* y) override {
+    CUDA_CHECK(
+        cudaMemcpyAsync(y, x, sizeof(float) * c * n * hw, cudaMemcpyDeviceToDevice, stream_));
+  }
+  void sgd_step(std::size_t n, float* p, const float* g, float* buf, const SgdParams& s,
+                bool first_step) override {
+    sgd_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(
+        n, p, g, buf, static_cast<float>(s.lr), static_cast<float>(s.momentum),
+        static_cast<float>(1.0 - s.dampening), static_cast<float>(s.weight_decay), s.nesterov,
+        first_step, nullptr, nullptr, nullptr);
+    CUDA_CHECK(cudaGetLastError());
+  }
+  void sgd_step_at_step(std::size_t n, float* p, const float* g, float* buf,
+                        const SgdParams& s) override {
+    sgd_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(
+        n, p, g, buf, 0.f, static_cast<float>(s.momentum), static_cast<float>(1.0 - s.dampening),
+        static_cast<float>(s.weight_decay), s.nesterov, false, dev_scalars_, skip_step_,
+        skip_step_ != nullptr ? first_pending_ : nullptr);
+    CUDA_CHECK(cudaGetLastError());
+    if (skip_step_ != nullptr) {
+      track_first_update_kernel<<<1, 1, 0, stream_>>>(dev_scalars_, skip_step_, first_pending_);
+      CUDA_CHECK(cudaGetLastError());
+    }
+  }
+  void set_step_scalars(const StepScalars& s) override {
+    // A ring of pinned slots: a slot is rewritten only after the copy that last read it ran
+    // (normally long ago), so the host never races a copy still queued on the stream.
+    const int slot = next_slot_;
+    next_slot_ = (next_slot_ + 1) % kScalarSlots;
+    // Sync (normally a no-op): the copy that last read this slot has run.
+    CUDA_CHECK(cudaEventSynchronize(scalar_copied_[slot]));
+    host_scalars_[slot] = DeviceScalars{s.offset, static_cast<float>(s.lr), s.first_step ? 1 : 0};
+    CUDA_CHECK(cudaMemcpyAsync(dev_scalars_, &host_scalars_[slot], sizeof(DeviceScalars),
+                               cudaMemcpyHostToDevice, stream_));
+    CUDA_CHECK(cudaEventRecord(scalar_copied_[slot], stream_));
+    step_offset_ = s.offset;
+  }
+  void gather_at_step(int slot, int n, float mean, float std, float* x, std::int32_t* y) override {
+    launch_gather(slot, step_offset_, n, mean, std, x, y, dev_scalars_);
+  }
+  void accumulate_loss(int n, int classes, const float* logits, const std::int32_t* labels,
+                       float* dlogits, double grad_scale) override {
+    softmax_xent_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(
+        n, classes, logits, labels, dlogits, grad_scale, loss_sum_, xent_counts_scratch(),
+        xent_counts_scratch() + 1, loss_scale_);
+    CUDA_CHECK(cudaGetLastError());
+  }
+  double take_loss_sum() override {
+    double s = 0;
+    // Sync: the legacy-stream copy waits for every step queued on the ops' stream.
+    CUDA_CHECK(cudaMemcpy(&s, loss_sum_, sizeof s, cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaMemsetAsync(loss_sum_, 0, sizeof(double), stream_));
+    return s;
+  }
+  void* stream() const override { return stream_; }
+  void set_amp(AmpMode mode, const float* loss_scale, const float* skip_step) override {
+    amp_ = mode;
+    loss_scale_ = loss_scale;
+    skip_step_ = skip_step;
+  }
+  // SyncBatchNorm: the BN ops exchange their per-channel statistics through `sync` on the host
+  // (a device-to-host copy and back per BN layer, so such a step is not graph-capturable).
+  void set_bn_sync(const BnSync* sync) override { bn_sync_ = sync; }
+  std::uint8_t* alloc_bytes(std::size_t n) override {
+    void* p = nullptr;
+    CUDA_CHECK(cudaMalloc(&p, n > 0 ? n : 1));
+    return static_cast<std::uint8_t*>(p);
+  }
+  void free_bytes(std::uint8_t* p) override {
+    if (p != nullptr) CUDA_CHECK(cudaFree(p));
+  }
+  void upload(const void* host, void* backend, std::size_t bytes) override {
+    if (bytes > 0) CUDA_CHECK(cudaMemcpy(backend, host, bytes, cudaMemcpyHostToDevice));
+  }
+  void download(const void* backend, void* host, std::size_t bytes) override {
+    if (bytes > 0) CUDA_CHECK(cudaMemcpy(host, backend, bytes, cudaMemcpyDeviceToHost));
+  }
+  void load_dataset(int slot, const Dataset& d) override {
+    // Once per run: the whole split lives on the GPU (47 MB for MNIST's training set).
+    MNIST_DDP_CHECK(slot == kTrain || slot == kTest, "dataset slot");
+    // The order buffer is sized for the whole split now and never moves, so a captured gather
+    // keeps pointing at it (a rank's order never holds more indices than the split has).
+    CUDA_CHECK(cudaMalloc(&dev_order_[slot], std::max<std::size_t>(1, d.count) * 8));
+    order_capacity_[slot] = static_cast<std::size_t>(d.count);
+    CUDA_CHECK(cudaMalloc(&dev_images_[slot], d.images.size()));
+    CUDA_CHECK(cudaMalloc(&dev_labels_[slot], d.labels.size()));
+    CUDA_CHECK(
+        cudaMemcpy(dev_images_[slot], d.images.data(), d.images.size(), cudaMemcpyHostToDevice));
+    CUDA_CHECK(
+        cudaMemcpy(dev_labels_[slot], d.labels.data(), d.labels.size(), cudaMemcpyHostToDevice));
+  }
+  void set_order(int slot, std::span<const std::int64_t> order) override {
+    MNIST_DDP_CHECK(dev_order_[slot] != nullptr, "set_order before load_dataset");
+    MNIST_DDP_CHECK(order.size() <= order_capacity_[slot],
+                    "a visiting order longer than the split");
+    order_size_[slot] = order.size();
+    if (!order.empty()) {
+      CUDA_CHECK(
+          cudaMemcpy(dev_order_[slot], order.data(), order.size_bytes(), cudaMemcpyHostToDevice));
+    }
+  }
+  void gather(int slot, std::int64_t offset, int n, float mean, float std, float* x,
+              std::int32_t* y) override {
+    launch_gather(slot, offset, n, mean, std, x, y, nullptr);
+  }
+
+ private:
+  static constexpr std::size_t kCublasWorkspace = 32u << 20;  // cuBLAS's advice for Hopper
+  static constexpr int kScalarSlots = 4;
+
+  // offset is checked on the host; with at != nullptr the kernel reads it from device memory.
+  void launch_gather(int slot, std::int64_t offset, int n, float mean, float std, float* x,
+                     std::int32_t* y, const DeviceScalars* at) {
+    MNIST_DDP_CHECK(dev_images_[slot] != nullptr, "gather before load_dataset");
+    MNIST_DDP_CHECK(offset >= 0 && offset + n <= static_cast<std::int64_t>(order_size_[slot]),
+                    "gather outside the visiting order");
+    const float a = 1.0f / (255.0f * std), c = -mean / std;
+    gather_kernel<<<blocks_for(static_cast<std::size_t>(n) * kImagePixels), kThreads, 0, stream_>>>(
+        dev_images_[slot], dev_labels_[slot], dev_order_[slot], offset, n, a, c, x, y, at);
+    CUDA_CHECK(cudaGetLastError());
+  }
+  // --amp: the 16-bit element type, and fp32 <-> 16-bit copies on the stream.
+  cudaDataType_t t16() const { return amp_ == AmpMode::Bf16 ? CUDA_R_16BF : CUDA_R_16F; }
+  void cast_to16(const float* x, void* y, std::size_t n) {
+    if (amp_ == AmpMode::Bf16) {
+      to16_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(n, x, static_cast<__nv_bfloat16*>(y));
+    } else {
+      to16_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(n, x, static_cast<__half*>(y));
+    }
+    CUDA_CHECK(cudaGetLastError());
+  }
+  void cast_from16(const void* x, float* y, std::size_t n) {
+    if (amp_ == AmpMode::Bf16) {
+      from16_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(
+          n, static_cast<const __nv_bfloat16*>(x), y);
+    } else {
+      from16_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(n, static_cast<const __half*>(x), y);
+    }
+    CUDA_CHECK(cudaGetLastError());
+  }
+  void* alloc16(std::size_t n) {
+    void* p = nullptr;
+    CUDA_CHECK(cudaMalloc(&p, std::max<std::size_t>(1, n) * 2));
+    return p;
+  }
+  LinearScratch& linear_scratch(int n, int in, int out) {
+    const auto key = std::make_tuple(n, in, out, static_cast<int>(amp_));
+    auto it = linear_.find(key);
+    if (it != linear_.end()) return *it->second;
+    // Allocated on a size's first (eager) step, before any capture of it.
+    auto l = std::make_unique<LinearScratch>();
+    l->x = alloc16(static_cast<std::size_t>(n) * in);
+    l->w = alloc16(static_cast<std::size_t>(out) * in);
+    l->dy = alloc16(static_cast<std::size_t>(n) * out);
+    return *linear_.emplace(key, std::move(l)).first->second;
+  }
+
+  // Top-k counters the training loss kernel writes and nobody reads.
+  int* xent_counts_scratch() { return reinterpret_cast<int*>(static_cast<char*>(scalars_) + 16); }
+
+  void run_xent(int n, int classes, const float* logits, const std::int32_t* labels, float* dlogits,
+                double grad_scale) {
+    CUDA_CHECK(cudaMemsetAsync(scalars_, 0, 16, stream_));
+    auto* loss = reinterpret_cast<double*>(scalars_);
+    auto* counts = reinterpret_cast<int*>(reinterpret_cast<char*>(scalars_) + 8);
+    softmax_xent_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(
+        n, classes, logits, labels, dlogits, grad_scale, loss, counts, counts + 1, nullptr);
+    CUDA_CHECK(cudaGetLastError());
+  }
+
+  ConvPlan& plan(const ConvGeom& g) {
+    const auto key = std::make_tuple(g.n, g.c, g.h, g.w, g.k, g.r, g.pad, static_cast<int>(amp_));
+    auto it = plans_.find(key);
+    if (it != plans_.end()) return *it->second;
+    auto p = std::make_unique<ConvPlan>();
+    // --amp: 16-bit data with fp32 compute (cuDNN's PSEUDO_HALF / PSEUDO_BFLOAT16 configuration).
+    const cudnnDataType_t dt = amp_ == AmpMode::Fp16   ? CUDNN_DATA_HALF
+                               : amp_ == AmpMode::Bf16 ? CUDNN_DATA_BFLOAT16
+                                                       : CUDNN_DATA_FLOAT;
+    CUDNN_CHECK(cudnnCreateTensorDescriptor(&p->x));
+    CUDNN_CHECK(cudnnCreateTensorDescriptor(&p->y));
+    CUDNN_CHECK(cudnnCreateTensorDescriptor(&p->yf));
+    CUDNN_CHECK(cudnnCreateTensorDescriptor(&p->bias));
+    CUDNN_CHECK(cudnnCreateFilterDescriptor(&p->w));
+    CUDNN_CHECK(cudnnSetTensor4dDescriptor(p->x, CUDNN_TENSOR_NCHW, dt, g.n, g.c, g.h, g.w));
+    CUDNN_CHECK(
+        cudnnSetTensor4dDescriptor(p->y, CUDNN_TENSOR_NCHW, dt, g.n, g.k, g.out_h(), g.out_w()));
+    CUDNN_CHECK(cudnnSetTensor4dDescriptor(p->yf, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, g.n, g.k,
+                                           g.out_h(), g.out_w()));
+    CUDNN_CHECK(
+        cudnnSetTensor4dDescriptor(p->bias, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 1, g.k, 1, 1));
+    CUDNN_CHECK(cudnnSetFilter4dDescriptor(p->w, dt, CUDNN_TENSOR_NCHW, g.k, g.c, g.r, g.r));
+    // TF32 tensor cores (cuDNN's default math on Ampere+) unless --tf32 off (FMA: full FP32);
+    // 16-bit data on tensor cores. The heuristics answer for the math type asked for here.
+    p->dtype = dt;
+    p->math = dt != CUDNN_DATA_FLOAT ? CUDNN_TENSOR_OP_MATH
+                                     : (tf32_ ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH);
+    for (auto* d : {&p->conv, &p->conv_bwd_data, &p->conv_bwd_filter}) {
+      CUDNN_CHECK(cudnnCreateConvolutionDescriptor(d));
+      CUDNN_CHECK(cudnnSetConvolution2dDescriptor(*d, g.pad, g.pad, 1, 1, 1, 1,
+                                                  CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+      CUDNN_CHECK(cudnnSetConvolutionMathType(*d, p->math));
+    }
+    if (dt != CUDNN_DATA_FLOAT) {
+      p->half = true;
+      p->x_elems = static_cast<std::size_t>(g.n) * g.c * g.h * g.w;
+      p->y_elems = static_cast<std::size_t>(g.n) * g.k * g.out_h() * g.out_w();
+      p->w_elems = static_cast<std::size_t>(g.k) * g.c * g.r * g.r;
+      p->hx = alloc16(p->x_elems);
+      p->hdx = alloc16(p->x_elems);
+      p->hy = alloc16(p->y_elems);
+      p->hdy = alloc16(p->y_elems);
+      p->hw = alloc16(p->w_elems);
+      p->hdw = alloc16(p->w_elems);
+    }
+    // Algorithm choice once per shape and direction, from cuDNN's heuristics (pick_algorithm),
+    // each descriptor then set to the math type of its algorithm. Backward data: on first use.
+    int found = 0;
+    cudnnConvolutionFwdAlgoPerf_t fp[kHeuristics];
+    CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(cudnn_, p->x, p->w, p->conv, p->y,
+                                                       kHeuristics, &found, fp));
+    const auto* f = pick_algorithm(fp, found, fma_only(*p));
+    if (f == nullptr) no_algorithm("forward", g, *p, found);
+    p->fwd = f->algo;
+    CUDNN_CHECK(cudnnSetConvolutionMathType(p->conv, f->mathType));
+    cudnnConvolutionBwdFilterAlgoPerf_t wp[kHeuristics];
+    CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
+        cudnn_, p->x, p->y, p->conv_bwd_filter, p->w, kHeuristics, &found, wp));
+    const auto* bf = pick_algorithm(wp, found, fma_only(*p));
+    if (bf == nullptr) no_algorithm("backward-filter", g, *p, found);
+    p->bwd_filter = bf->algo;
+    CUDNN_CHECK(cudnnSetConvolutionMathType(p->conv_bwd_filter, bf->mathType));
+    std::size_t a = 0, c = 0;
+    CUDNN_CHECK(
+        cudnnGetConvolutionForwardWorkspaceSize(cudnn_, p->x, p->w, p->conv, p->y, p->fwd, &a));
+    CUDNN_CHECK(cudnnGetConvolutionBackwardFilterWorkspaceSize(
+        cudnn_, p->x, p->y, p->conv_bwd_filter, p->w, p->bwd_filter, &c));
+    grow_workspace(std::max(a, c));
+    return *plans_.emplace(key, std::move(p)).first->second;
+  }
+
+  static constexpr int kHeuristics = 8;  // entries asked of cuDNN's heuristics per direction
+
+  static bool fma_only(const ConvPlan& p) { return p.math == CUDNN_FMA_MATH; }
+
+  // The backward-data algorithm of a plan, chosen on its first use (an eager step).
+  void choose_backward_data(const ConvGeom& g, ConvPlan& p) {
+    int found = 0;
+    cudnnConvolutionBwdDataAlgoPerf_t dp[kHeuristics];
+    CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(cudnn_, p.w, p.y, p.conv_bwd_data, p.x,
+                                                            kHeuristics, &found, dp));
+    const auto* d = pick_algorithm(dp, found, fma_only(p));
+    if (d == nullptr) no_algorithm("backward-data", g, p, found);
+    p.bwd_data = d->algo;
+    CUDNN_CHECK(cudnnSetConvolutionMathType(p.conv_bwd_data, d->mathType));
+    std::size_t b = 0;
+    CUDNN_CHECK(cudnnGetConvolutionBackwardDataWorkspaceSize(cudnn_, p.w, p.y, p.conv_bwd_data, p.x,
+                                                             p.bwd_data, &b));
+    grow_workspace(b);
+    p.has_bwd_data = true;
+  }
+
+  // One explicit workspace, grown to the largest need of any plan. The old one stays allocated
+  // (freed at teardown): a captured step graph may still point at it.
+  void grow_workspace(std::size_t bytes) {
+    if (bytes <= workspace_bytes_) return;
+    if (workspace_) retired_.push_back(workspace_);
+    CUDA_CHECK(cudaMalloc(&workspace_, bytes));
+    workspace_bytes_ = bytes;
+  }
+
+  // No usable algorithm: a fatal error that names the layer, the shape and the data type.
+  [[noreturn]] static void no_algorithm(const char* direction, const ConvGeom& g, const ConvPlan& p,
+                                        int found) {
+    const char* layer = g.c == 1 ? "layer1.0" : g.c == 16 ? "layer2.0" : "a convolution";
+    const char* dtype = p.dtype == CUDNN_DATA_HALF       ? "fp16 (--amp fp16)"
+                        : p.dtype == CUDNN_DATA_BFLOAT16 ? "bf16 (--amp bf16)"
+                        : p.math == CUDNN_FMA_MATH       ? "fp32 with FMA math (--tf32 off)"
+                                                         : "fp32 (TF32 allowed)";
+    fail_internal(std::string("cuDNN offers no usable ") + direction + " algorithm for " + layer +
+                      " (input " + std::to_string(g.n) + "x" + std::to_string(g.c) + "x" +
+                      std::to_string(g.h) + "x" + std::to_string(g.w) + ", " + std::to_string(g.k) +
+                      " filters " + std::to_string(g.r) + "x" + std::to_string(g.r) + ", pad " +
+                      std::to_string(g.pad) + ", " + dtype + "): none of the " +
+                      std::to_string(found) +
+                      " heuristic candidates has status success and an allowed math type; try "
+                      "another --amp / --tf32 setting",
+                  __FILE__, __LINE__);
+  }
+
+  bool tf32_;
+  cudaStream_t stream_ = nullptr;
+  cudnnHandle_t cudnn_ = nullptr;
+  void* cublas_workspace_ = nullptr;
+  double* loss_sum_ = nullptr;             // the training loss summed since take_loss_sum
+  DeviceScalars* dev_scalars_ = nullptr;   // this step's values, read by captured kernels
+  int* first_pending_ = nullptr;           // --amp fp16: 1 while every update so far was skipped
+  DeviceScalars* host_scalars_ = nullptr;  // [kScalarSlots] pinned staging ring
+  cudaEvent_t scalar_copied_[kScalarSlots] = {};
+  int next_slot_ = 0;
+  std::int64_t step_offset_ = 0;  // host copy of the offset, for the bounds check
+  cublasHandle_t cublas_ = nullptr;
+  void* workspace_ = nullptr;
+  std::size_t workspace_bytes_ = 0;
+  std::vector<void*> retired_;  // outgrown workspaces
+  void* scalars_ = nullptr;     // [0]: double loss sum; [8]: int top-1, [12]: int top-5; [16..24)
+  double* bn_sums_ = nullptr;   // [2*C]: sum(g), sum(g*(x-mean)) of the BN backward
+  std::map<std::tuple<int, int, int, int, int, int, int, int>, std::unique_ptr<ConvPlan>> plans_;
+  std::map<std::tuple<int, int, int, int>, std::unique_ptr<LinearScratch>> linear_;
+  const BnSync* bn_sync_ = nullptr;  // --sync-bn exchanges (host), or nullptr
+  AmpMode amp_ = AmpMode::Off;
+  const float* loss_scale_ = nullptr;  // device: --amp fp16's loss scale (GradScaler)
+  const float* skip_step_ = nullptr;   // device: != 0 where this step's SGD is skipped
+  std::uint8_t* dev_images_[2] = {nullptr, nullptr};
+  std::uint8_t* dev_labels_[2] = {nullptr, nullptr};
+  std::int64_t* dev_order_[2] = {nullptr, nullptr};
+  std::size_t order_capacity_[2] = {0, 0};
+  std::size_t order_size_[2] = {0, 0};
+};
+
+}  // namespace
+
+std::unique_ptr<Ops> make_cuda_ops(bool tf32) {
+  return std::make_unique<CudaOps>(tf32);
+}
+
+}  // namespace mnist_ddp

@@ -1,0 +1,89 @@
+// log.cpp — Logger: spdlog sinks for console and file, JSONL metrics, TTY progress line.
+#include "mnist_ddp/runtime/log.hpp"
+
+#include <spdlog/sinks/basic_file_sink.h>
+#include <spdlog/sinks/stdout_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include <fmt/format.h>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "mnist_ddp/runtime/check.hpp"
+
+namespace mnist_ddp {
+
+Logger::Logger(int rank, const std::string& log_dir, bool live_progress, bool append)
+    : rank_(rank), live_(live_progress && rank == 0) {
+  if (rank_ != 0) return;
+  std::error_code ec;
+  std::filesystem::create_directories(log_dir, ec);
+  if (ec) {
+    throw UserError(
+        fmt::format("--log-dir {}: cannot create the directory: {}; pass a writable "
+                    "--log-dir",
+                    log_dir, ec.message()));
+  }
+  log_path_ = log_dir + "/mnist_train.log";
+  metrics_path_ = log_dir + "/metrics.jsonl";
+  metrics_.open(metrics_path_, std::ios::out | (append ? std::ios::app : std::ios::trunc));
+  if (!metrics_) {
+    throw UserError(fmt::format("--log-dir {}: cannot write {}: {}; pass a writable --log-dir",
+                                log_dir, metrics_path_, std::strerror(errno)));
+  }
+  try {
+    auto file_sink = std::make_shared<spdlog::sinks::basic_file_sink_st>(log_path_, !append);
+    file_sink->set_pattern("[%Y-%m-%d %H:%M:%S.%e] %v");
+    auto console_sink = std::make_shared<spdlog::sinks::stdout_sink_st>();
+    console_sink->set_pattern("%v");
+    console_ = std::make_shared<spdlog::logger>("mnist_ddp",
+                                                spdlog::sinks_init_list{console_sink, file_sink});
+    file_ = std::make_shared<spdlog::logger>("mnist_ddp_file", file_sink);
+    console_->flush_on(spdlog::level::info);
+    file_->flush_on(spdlog::level::info);
+  } catch (const spdlog::spdlog_ex& e) {
+    throw UserError(fmt::format("--log-dir {}: cannot open {}: {}", log_dir, log_path_, e.what()));
+  }
+}
+
+Logger::~Logger() {
+  if (rank_ == 0) clear_progress();
+}
+
+void Logger::clear_progress() {
+  if (progress_shown_) {
+    std::fputs("\r\033[K", stdout);
+    std::fflush(stdout);
+    progress_shown_ = false;
+  }
+}
+
+void Logger::info(const std::string& line) {
+  if (rank_ != 0) return;
+  clear_progress();
+  console_->info(line);
+}
+
+void Logger::file(const std::string& line) {
+  if (rank_ != 0) return;
+  file_->info(line);
+}
+
+void Logger::metrics(const nlohmann::json& record) {
+  if (rank_ != 0) return;
+  // Paths need not be UTF-8 on Linux: invalid bytes become U+FFFD instead of an exception.
+  metrics_ << record.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << '\n';
+  metrics_.flush();
+}
+
+void Logger::progress(const std::string& line) {
+  if (!live_) return;
+  std::fputs(("\r\033[K" + line).c_str(), stdout);
+  std::fflush(stdout);
+  progress_shown_ = true;
+}
+
+}  // namespace mnist_ddp

@@ -1,0 +1,73 @@
+// signals.cpp — async-signal-safe stop flag and the step-boundary agreement.
+#include "mnist_ddp/runtime/signals.hpp"
+
+#include <unistd.h>
+
+#include <csignal>
+#include <cstdint>
+
+namespace mnist_ddp {
+namespace {
+
+volatile std::sig_atomic_t g_signal = 0;
+
+extern "C" void on_stop_signal(int signo) {
+  if (g_signal != 0) {
+    // Second signal: stop now. _exit is async-signal-safe; nothing is flushed or renamed.
+    _exit(128 + signo);
+  }
+  g_signal = signo;
+}
+
+}  // namespace
+
+void install_stop_handlers() {
+  struct sigaction sa {};
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;  // a signal must not make a blocking read/MPI call fail
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+}
+
+void install_requeue_handler(int signo) {
+  struct sigaction sa {};
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  sigaction(signo, &sa, nullptr);
+}
+
+int parse_signal(const std::string& name) {
+  if (name == "USR1") return SIGUSR1;
+  if (name == "USR2") return SIGUSR2;
+  if (name == "TERM") return SIGTERM;
+  if (name == "HUP") return SIGHUP;
+  return 0;
+}
+
+int agree_stop_signal(Comm& comm) {
+  std::int32_t s = static_cast<std::int32_t>(g_signal);
+  // Collective: if any rank was signalled, every rank learns it at the same step boundary.
+  comm.allreduce(std::span<std::int32_t>(&s, 1), ReduceOp::Max);
+  return static_cast<int>(s);
+}
+
+const char* signal_name(int signo) {
+  switch (signo) {
+    case SIGINT:
+      return "SIGINT";
+    case SIGTERM:
+      return "SIGTERM";
+    case SIGUSR1:
+      return "SIGUSR1";
+    case SIGUSR2:
+      return "SIGUSR2";
+    case SIGHUP:
+      return "SIGHUP";
+    default:
+      return "signal";
+  }
+}
+
+}  // namespace mnist_ddp

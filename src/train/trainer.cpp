@@ -1,0 +1,704 @@
+// trainer.cpp — the training loop, evaluation, metrics and progress.
+#include "mnist_ddp/train/trainer.hpp"
+
+#include <fmt/format.h>
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "mnist_ddp/data/sampler.hpp"
+#include "mnist_ddp/dist/ddp.hpp"
+#include "mnist_ddp/runtime/agree.hpp"
+#include "mnist_ddp/runtime/check.hpp"
+#include "mnist_ddp/runtime/requeue.hpp"
+#include "mnist_ddp/runtime/signals.hpp"
+
+namespace mnist_ddp {
+namespace {
+
+// --debug-sample-log: the positions [first, last) of this epoch's order that this rank trained
+// on, appended one index per line (a resumed run continues the file of its epoch).
+void append_sample_log(const std::string& dir, std::int64_t epoch, int rank,
+                       const std::vector<std::int64_t>& order, std::int64_t first,
+                       std::int64_t last) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  const std::string path = fmt::format("{}/samples-epoch{}-rank{}.txt", dir, epoch + 1, rank);
+  std::FILE* f = std::fopen(path.c_str(), "a");
+  if (f == nullptr) {
+    throw UserError(
+        fmt::format("--debug-sample-log: cannot append to {}: {}", path, std::strerror(errno)));
+  }
+  bool ok = true;
+  for (std::int64_t i = first; i < last && ok; ++i)
+    ok = std::fprintf(f, "%lld\n", static_cast<long long>(order[static_cast<std::size_t>(i)])) > 0;
+  if (std::fclose(f) != 0 || !ok) {
+    throw UserError(
+        fmt::format("--debug-sample-log: cannot write {}: {}", path, std::strerror(errno)));
+  }
+}
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+SgdParams sgd_params(const Config& c) {
+  SgdParams p;
+  p.lr = c.lr;
+  p.momentum = c.momentum;
+  p.dampening = c.dampening;
+  p.weight_decay = c.weight_decay;
+  p.nesterov = c.nesterov;
+  return p;
+}
+
+std::string fmt_bytes(double b) {
+  if (b >= 1e9) return fmt::format("{:.2f} GB", b / 1e9);
+  if (b >= 1e6) return fmt::format("{:.1f} MB", b / 1e6);
+  return fmt::format("{:.1f} kB", b / 1e3);
+}
+
+std::string fmt_eta(double s) {
+  const auto t = static_cast<long>(std::max(0.0, s));
+  return t >= 3600 ? fmt::format("{}h{:02}m", t / 3600, (t / 60) % 60)
+                   : fmt::format("{}m{:02}s", t / 60, t % 60);
+}
+
+}  // namespace
+
+GradientPath choose_gradient_path(const Config& cfg, Device device, const Comm& data_comm) {
+  GradientPath p;
+  if (device != Device::Cuda) return p;
+  MNIST_DDP_CHECK(data_comm.device_memory(),
+                  "a GPU run needs a communicator whose collectives take device memory");
+  p.device_reducer = true;
+  if (!cfg.cuda_graphs) return p;
+  if (cfg.sync_bn) {
+    p.why_no_graphs =
+        "--sync-bn exchanges BN statistics through the host inside the step (a step's "
+        "collectives differ from step to step or need the host)";
+  } else if (cfg.local_sgd_start >= 0) {
+    p.why_no_graphs =
+        "post-local SGD switches groups and averages parameters every period (a step's "
+        "collectives differ from step to step or need the host)";
+  } else if (cfg.debug_collectives) {
+    p.why_no_graphs =
+        "--debug-collectives compares every collective across ranks on the host, each step";
+  } else if (!data_comm.capturable()) {
+    p.why_no_graphs =
+        "the host-staged MPI all-reduce (--comm mpi with several ranks) runs on the host each "
+        "step; use --comm nccl for graph replay";
+  } else {
+    p.graphs = true;
+  }
+  return p;
+}
+
+Trainer::Trainer(const Config& cfg, Comm& comm, Comm& data_comm, Ops& ops, ConvNet& model,
+                 const DataSplit& data, Logger& log, Comm* local_comm, Comm* thread_comm)
+    : cfg_(cfg),
+      comm_(comm),
+      data_comm_(data_comm),
+      local_comm_(local_comm),
+      ops_(ops),
+      model_(model),
+      data_(data),
+      log_(log),
+      sgd_(ops, model.params().size(), sgd_params(cfg)),
+      layout_(checkpoint_layout(model)) {
+  const DistributedSampler probe(data.train.count, comm.rank(), comm.size(), cfg.shuffle, cfg.seed,
+                                 cfg.drop_last);
+  steps_per_epoch_ = (probe.num_samples() + cfg.batch_size - 1) / cfg.batch_size;
+  total_steps_ = steps_per_epoch_ * cfg.epochs;
+  if (cfg.max_steps > 0) total_steps_ = std::min(total_steps_, cfg.max_steps);
+  lr_.base_lr = cfg.lr;
+  lr_.schedule = cfg.lr_schedule;
+  lr_.step_size = cfg.lr_step_size;
+  lr_.gamma = cfg.lr_gamma;
+  lr_.warmup_steps = cfg.warmup_steps;
+  lr_.total_steps = total_steps_;
+  lr_.min_lr = cfg.min_lr;
+  const GradientPath path = choose_gradient_path(cfg, ops.device(), data_comm);
+  if (path.device_reducer) {
+    // GPU: each bucket's all-reduce starts as soon as backward has produced it (NCCL: on its own
+    // stream while the compute stream goes on with the earlier layers, nccl_comm.cu; host-staged
+    // MPI: blocking, staged through the host). fp16/bf16 hooks: encoded, summed in 16 bits and
+    // decoded on the device (NcclComm).
+    reducer_ = std::make_unique<Reducer>(
+        data_comm, model, static_cast<std::size_t>(cfg.bucket_cap_kb) * 1024, !cfg.no_overlap,
+        cfg.compression, PowerSgdConfig{}, OverlapEngine::Test, nullptr, /*device_memory=*/true);
+  } else {
+    reducer_ = std::make_unique<Reducer>(
+        data_comm, model, static_cast<std::size_t>(cfg.bucket_cap_kb) * 1024, !cfg.no_overlap,
+        cfg.compression,
+        PowerSgdConfig{cfg.powersgd_rank, cfg.powersgd_start_iter,
+                       cfg.powersgd_min_compression_rate, false, false, cfg.seed},
+        cfg.overlap_engine, thread_comm);
+  }
+  if (cfg.sync_bn) {
+    // The exchange works on host doubles: the data communicator on the CPU, the host MPI
+    // communicator on a GPU (where the data communicator works on device memory).
+    bn_sync_ = make_sync_bn(ops.device() == Device::Cuda ? comm : data_comm);
+    ops.set_bn_sync(&bn_sync_);
+  }
+  MNIST_DDP_CHECK(cfg.local_sgd_start < 0 || local_comm != nullptr,
+                  "post-local SGD needs the node-local group");
+  if (path.graphs) {
+    graphs_ = std::make_unique<StepGraphs>(ops.stream(), capture_hooks(), cfg.debug_fail_capture);
+  } else if (!path.why_no_graphs.empty()) {
+    log.info("CUDA graphs off: " + path.why_no_graphs);
+  }
+  if (cfg.amp != AmpMode::Off) {
+    // Mixed precision: bf16 needs no loss scale (fp32's exponent range); fp16 gets the scaler,
+    // whose scale multiplies the loss gradient and whose found-inf flag can skip SGD.
+    if (cfg.amp == AmpMode::Fp16) scaler_ = make_grad_scaler(ops, LossScaleRule{});
+    ops.set_amp(cfg.amp, scaler_ ? scaler_->scale() : nullptr,
+                scaler_ ? scaler_->found_inf() : nullptr);
+  }
+  const int max_batch = model.max_batch();
+  x_ = Tensor({max_batch, kImagePixels}, ops.device());
+  dlogits_ = Tensor({max_batch, kClasses}, ops.device());
+  y_ = reinterpret_cast<std::int32_t*>(
+      ops.alloc_bytes(static_cast<std::size_t>(max_batch) * sizeof(std::int32_t)));
+}
+
+Trainer::~Trainer() {
+  if (cfg_.sync_bn) ops_.set_bn_sync(nullptr);
+  if (cfg_.amp != AmpMode::Off) ops_.set_amp(AmpMode::Off, nullptr, nullptr);
+  ops_.free_bytes(reinterpret_cast<std::uint8_t*>(y_));
+}
+
+double Trainer::step(const float* x, const std::int32_t* y, int n, Mode mode) {
+  last_lr_ = learning_rate(lr_, step_, epoch_);
+  ops_.set_step_scalars({0, last_lr_, sgd_.steps_taken() == 0});
+  step_body(x, y, n, mode);
+  ++step_;
+  return ops_.take_loss_sum();
+}
+
+void Trainer::train_step(int n) {
+  if (step_ == 3 && comm_.rank() == cfg_.debug_hang_rank) {
+    // Test seam: this rank stops here; its peers wait in the next collective until the watchdog
+    // (--collective-timeout) names it and aborts the job.
+    std::fprintf(stderr, "mnist_ddp: --debug-hang-rank %d: rank %d stops before step 3\n",
+                 cfg_.debug_hang_rank, comm_.rank());
+    std::fflush(stderr);
+    for (;;) std::this_thread::sleep_for(std::chrono::seconds(60));
+  }
+  if (step_ == 3 && comm_.rank() == cfg_.debug_exit_rank) {
+    // Test seam: a rank that dies with an error, without MPI_Finalize.
+    std::fprintf(stderr, "mnist_ddp: --debug-exit-rank %d: rank %d exits with status 1\n",
+                 cfg_.debug_exit_rank, comm_.rank());
+    std::fflush(stderr);
+    std::_Exit(1);
+  }
+  last_lr_ = learning_rate(lr_, step_, epoch_);
+  // Before the step (outside any graph): what changes per step, into backend memory.
+  ops_.set_step_scalars({offset_, last_lr_, sgd_.steps_taken() == 0});
+  const auto body = [&] {
+    ops_.gather_at_step(Ops::kTrain, n, data_.mean, data_.std, x_.data(), y_);
+    step_body(x_.data(), y_, n, Mode::Train);
+  };
+  if (!graphs_) {
+    body();
+  } else if (const StepRun how = graphs_->run(n, body); how == StepRun::Replayed) {
+    // The replay did on the device what body() would have counted on the host.
+    model_.note_replayed_train_forward();
+    sgd_.note_replayed_step();
+    reducer_->note_replayed_step();
+    ++replays_;
+  } else if (how == StepRun::FellBack) {
+    log_.info(fmt::format(
+        "warning: CUDA graphs: capture failed for batch size {} on {}; every rank runs steps of "
+        "that size eagerly from now on (correct, slower)",
+        n, graphs_->last_failure()));
+  }
+  ++step_;
+}
+
+CaptureHooks Trainer::capture_hooks() {
+  CaptureHooks h;
+  h.save = [this] {
+    const auto tracked = model_.num_batches_tracked();
+    before_capture_.num_batches_tracked.assign(tracked.begin(), tracked.end());
+    before_capture_.sgd_steps = sgd_.steps_taken();
+    before_capture_.reducer = reducer_->mark();
+    before_capture_.data_comm = data_comm_.mark();
+  };
+  // Collective (host MPI, once per captured batch size): did every rank capture the step?
+  h.agree = [this](const std::string& mine) { return agree_first_failure(comm_, mine); };
+  h.restore = [this] {
+    std::copy(before_capture_.num_batches_tracked.begin(),
+              before_capture_.num_batches_tracked.end(), model_.num_batches_tracked().begin());
+    sgd_.rewind_steps(before_capture_.sgd_steps);
+    reducer_->rewind(before_capture_.reducer);
+    data_comm_.rewind(before_capture_.data_comm);
+  };
+  return h;
+}
+
+void Trainer::step_body(const float* x, const std::int32_t* y, int n, Mode mode) {
+  // Collective: DDP's broadcast_buffers — rank 0's BN running statistics before each forward.
+  // (num_batches_tracked, on the host, advances in lockstep on every rank: nothing to send.)
+  data_comm_.broadcast(model_.buffers(), 0);
+  const float* logits = model_.forward(x, n, mode);
+  // Mean loss over the local batch; averaging the gradients over ranks gives the global mean.
+  ops_.accumulate_loss(n, kClasses, logits, y, dlogits_.data(), 1.0 / n);
+  const bool local = cfg_.local_sgd_start >= 0 && step_ >= cfg_.local_sgd_start;
+  // Post-local SGD: gradients averaged over the whole job for the first --local-sgd-start
+  // steps, then only within this node's group (PyTorch's post_localSGD_hook).
+  reducer_->use_comm(local ? *local_comm_ : data_comm_);
+  // Collectives (inside): each bucket's all-reduce starts as soon as backward has produced its
+  // gradients; finish() waits for them and divides by the world size.
+  model_.backward(dlogits_.data(), [this](int layer) { reducer_->layer_ready(layer); });
+  reducer_->finish();
+  // --amp fp16: the averaged gradients back to true scale; all ranks agree on inf/NaN.
+  if (scaler_) unscale_and_agree(*scaler_, data_comm_, model_.grads());
+  sgd_.step_at_step(model_.params(), model_.grads());  // a no-op where found_inf (set_amp)
+  if (scaler_) scaler_->update();
+  if (local && (step_ - cfg_.local_sgd_start) % cfg_.local_sgd_period == 0) {
+    // Collective: PeriodicModelAverager — the global parameter average that bounds how far the
+    // node groups drift apart (momentum buffers stay local, as in PyTorch).
+    data_comm_.allreduce_avg(model_.params());
+  }
+}
+
+EvalResult Trainer::evaluate() {
+  // Collective: evaluate the model every replica (and a checkpoint) would hold.
+  broadcast_buffers(data_comm_, model_, comm_);
+  const Shard shard = eval_shard(data_.test.count, comm_.rank(), comm_.size());
+  std::vector<std::int64_t> order(static_cast<std::size_t>(shard.end - shard.begin));
+  for (std::size_t i = 0; i < order.size(); ++i)
+    order[i] = shard.begin + static_cast<std::int64_t>(i);
+  ops_.set_order(Ops::kTest, order);
+  double acc[4] = {0, 0, 0, 0};  // loss sum, top1, top5, count
+  const int chunk = std::min(cfg_.eval_batch_size, model_.max_batch());
+  for (std::int64_t b = 0; b < static_cast<std::int64_t>(order.size()); b += chunk) {
+    const int n = static_cast<int>(
+        std::min<std::int64_t>(chunk, static_cast<std::int64_t>(order.size()) - b));
+    ops_.gather(Ops::kTest, b, n, data_.mean, data_.std, x_.data(), y_);
+    const float* logits = model_.forward(x_.data(), n, Mode::Eval);
+    acc[0] += ops_.softmax_cross_entropy(n, kClasses, logits, y_, nullptr, 1.0);
+    acc[1] += ops_.topk_correct(n, kClasses, logits, y_, 1);
+    acc[2] += ops_.topk_correct(n, kClasses, logits, y_, 5);
+    acc[3] += n;
+  }
+  // Collective: exact totals over the disjoint shards (every test image counted once).
+  comm_.allreduce(std::span<double>(acc, 4), ReduceOp::Sum);
+  EvalResult r;
+  r.count = static_cast<std::int64_t>(acc[3]);
+  if (r.count > 0) {
+    r.loss = acc[0] / acc[3];
+    r.top1 = acc[1] / acc[3];
+    r.top5 = acc[2] / acc[3];
+  }
+  return r;
+}
+
+void Trainer::log_window(std::int64_t epoch, double elapsed) {
+  window_loss_ += ops_.take_loss_sum();  // sync (GPU): the losses summed on the device
+  // Collective (every --log-every steps on all ranks): the global mean loss of the window.
+  double w[2] = {window_loss_, static_cast<double>(window_images_)};
+  comm_.allreduce(std::span<double>(w, 2), ReduceOp::Sum);
+  const double loss = w[1] > 0 ? w[0] / w[1] : 0.0;
+  // Every rank holds the same global loss, so all stop here together. Under --amp fp16 an
+  // overflowing step is skipped by the scaler (its loss may be inf): parameters are checked when
+  // a checkpoint is written instead.
+  if (!std::isfinite(loss) && cfg_.amp != AmpMode::Fp16) {
+    throw UserError(fmt::format("training diverged at step {}: the mean loss of the last {} "
+                                "images is {} (lr {:g}); stopping without writing a checkpoint. {}",
+                                step_, w[1], loss, last_lr_, good_checkpoint_advice()),
+                    kExitTrainingDiverged);
+  }
+  const double ips =
+      elapsed > 0 ? static_cast<double>(step_) * cfg_.batch_size * comm_.size() / elapsed : 0;
+  std::string line = fmt::format("epoch {} step {}/{} loss {:.4f} lr {:.5g} {:.0f} img/s comm {}",
+                                 epoch + 1, step_, total_steps_, loss, last_lr_, ips,
+                                 fmt_bytes(static_cast<double>(comm_.payload_bytes())));
+  LossScalerState amp{};
+  if (scaler_) {
+    // Sync (GPU, once per window): the scale and the steps skipped since the last line (every
+    // rank reads the same values: the skip decision was all-reduced).
+    amp = scaler_->state();
+    const std::int64_t skipped = scaler_->take_skipped();
+    skipped_steps_ += skipped;
+    line += fmt::format(" loss-scale {:g} skipped {}", amp.scale, skipped);
+  }
+  if (log_.live_progress()) {
+    log_.file(line);
+  } else {
+    log_.info(line);
+  }
+  log_.metrics({{"event", "train"},
+                {"step", step_},
+                {"epoch", epoch + 1},
+                {"loss", loss},
+                {"lr", last_lr_},
+                {"images_per_s", ips},
+                {"comm_bytes", comm_.payload_bytes()},
+                {"time_s", elapsed}});
+  if (scaler_) {
+    log_.metrics({{"event", "amp"},
+                  {"step", step_},
+                  {"loss_scale", amp.scale},
+                  {"skipped_steps_total", skipped_steps_}});
+  }
+  window_loss_ = 0;
+  window_images_ = 0;
+}
+
+std::string Trainer::good_checkpoint_advice() const {
+  if (last_checkpoint_.empty()) {
+    return fmt::format(
+        "This run wrote no checkpoint; those in {} are untouched: --resume the newest with a "
+        "lower --lr (or more --warmup-steps), or start again",
+        cfg_.checkpoint_dir);
+  }
+  return fmt::format(
+      "The last good checkpoint is {}: --resume it with a lower --lr (or more --warmup-steps)",
+      last_checkpoint_);
+}
+
+void Trainer::resume_from(const TrainingState& s) {
+  ops_.upload(s.params.data(), model_.params().data(), s.params.size() * sizeof(float));
+  ops_.upload(s.buffers.data(), model_.buffers().data(), s.buffers.size() * sizeof(float));
+  std::copy(s.num_batches_tracked.begin(), s.num_batches_tracked.end(),
+            model_.num_batches_tracked().begin());
+  sgd_.restore(s.momentum, s.optimizer_steps);
+  step_ = s.step;
+  epoch_ = s.epoch;
+  offset_ = s.sample_offset;
+  last_checkpoint_step_ = s.step;
+  if (scaler_ && s.loss_scale > 0) {
+    scaler_->set_state(LossScalerState{static_cast<float>(s.loss_scale),
+                                       static_cast<std::int32_t>(s.loss_scale_growth_tracker)});
+  } else if (scaler_) {
+    log_.info(
+        "resume: the checkpoint has no loss scale (trained without --amp fp16); starting "
+        "the scaler at 65536");
+  }
+  if (PowerSgd* p = reducer_->powersgd()) {
+    const std::int64_t iter = s.hook_iter >= 0 ? s.hook_iter : s.step;
+    if (s.rank_arrays.size() == static_cast<std::size_t>(comm_.size())) {
+      p->restore(s.rank_arrays[static_cast<std::size_t>(comm_.rank())], iter, s.hook_rng);
+    } else {
+      if (!s.rank_arrays.empty()) {
+        log_.info(fmt::format(
+            "resume: PowerSGD error feedback of {} ranks cannot map onto {}; starting it from "
+            "zero (new Qs)",
+            s.rank_arrays.size(), comm_.size()));
+      }
+      p->restore({}, iter, s.hook_iter >= 0 ? s.hook_rng : static_cast<std::int64_t>(cfg_.seed));
+    }
+  }
+  if (s.world_size != comm_.size()) {
+    // Another world size: the sampler hands out other per-rank lists, so only the number of
+    // samples of this epoch already consumed carries over.
+    const std::int64_t consumed = s.sample_offset * s.world_size;
+    offset_ = consumed / comm_.size();
+  }
+}
+
+TrainingState Trainer::state() const {
+  TrainingState s;
+  s.step = step_;
+  s.epoch = epoch_;
+  s.sample_offset = offset_;
+  s.world_size = comm_.size();
+  s.seed = cfg_.seed;
+  s.config_json = config_json(cfg_);
+  s.program_version = kVersion;
+  // What the model was trained on and exactly how its input was made (the floats gather uses).
+  s.input.recorded = true;
+  s.input.name = data_.name;
+  s.input.mean = data_.mean;
+  s.input.std = data_.std;
+  s.input.labels_crc32 = data_.crc32;
+  s.input.train_count = data_.train.count;
+  auto& model = const_cast<ConvNet&>(model_);
+  s.params.resize(model.params().size());
+  s.buffers.resize(model.buffers().size());
+  s.momentum.resize(sgd_.momentum_buffer().size());
+  ops_.download(model.params().data(), s.params.data(), s.params.size() * sizeof(float));
+  ops_.download(model.buffers().data(), s.buffers.data(), s.buffers.size() * sizeof(float));
+  ops_.download(sgd_.momentum_buffer().data(), s.momentum.data(),
+                s.momentum.size() * sizeof(float));
+  s.num_batches_tracked.assign(model.num_batches_tracked().begin(),
+                               model.num_batches_tracked().end());
+  s.optimizer_steps = sgd_.steps_taken();
+  s.lr_schedule = name_in(kLrScheduleNames, cfg_.lr_schedule);
+  s.base_lr = cfg_.lr;
+  s.last_lr = last_lr_;
+  s.momentum_factor = cfg_.momentum;
+  s.dampening = cfg_.dampening;
+  s.weight_decay = cfg_.weight_decay;
+  s.nesterov = cfg_.nesterov;
+  if (PowerSgd* p = reducer_->powersgd()) {
+    s.hook_iter = p->iter();
+    s.hook_rng = p->rng_state();
+  }
+  if (scaler_) {
+    const LossScalerState a = scaler_->state();
+    s.loss_scale = a.scale;
+    s.loss_scale_growth_tracker = a.growth_tracker;
+  }
+  return s;
+}
+
+std::vector<std::vector<std::pair<std::string, std::vector<float>>>> Trainer::gather_hook_state() {
+  std::vector<std::vector<std::pair<std::string, std::vector<float>>>> out;
+  PowerSgd* p = reducer_->powersgd();
+  if (p == nullptr) return out;
+  // Every rank holds the same names and sizes (the hook runs in lockstep), only the values
+  // (error feedback) differ.
+  const auto mine = p->state();
+  if (mine.empty()) return out;
+  out.resize(static_cast<std::size_t>(comm_.size()));
+  for (const auto& [name, data] : mine) {
+    std::vector<float> all(data.size() * static_cast<std::size_t>(comm_.size()));
+    // Collective: rank r's array lands at block r on every rank (rank 0 writes them).
+    comm_.allgather(std::span<const float>(data), all);
+    for (std::size_t r = 0; r < out.size(); ++r) {
+      out[r].emplace_back(
+          name,
+          std::vector<float>(all.begin() + static_cast<std::ptrdiff_t>(r * data.size()),
+                             all.begin() + static_cast<std::ptrdiff_t>((r + 1) * data.size())));
+    }
+  }
+  return out;
+}
+
+void Trainer::checkpoint(const char* why, bool preemption) {
+  if (last_checkpoint_step_ == step_) return;  // this state is already on disk
+  std::string path;
+  auto hook_state = gather_hook_state();
+  // Collective (inside run_agreed): rank 0 holds everything a checkpoint needs (parameters and
+  // momentum are identical on every rank; BN buffers follow rank 0), so only it writes; the
+  // agreement tells every rank whether the write worked.
+  run_agreed(comm_, [&] {
+    if (comm_.rank() != 0) return;
+    TrainingState s = state();
+    s.rank_arrays = std::move(hook_state);
+    try {
+      path = save_checkpoint(cfg_.checkpoint_dir, s, layout_);
+    } catch (const UserError& e) {
+      if (e.exit_code() != kExitTrainingDiverged) throw;
+      throw UserError(fmt::format("training diverged by step {} (lr {:g}): {}. {}", step_, last_lr_,
+                                  e.what(), good_checkpoint_advice()),
+                      kExitTrainingDiverged);
+    }
+    if (preemption) {
+      const std::string replaced = roll_preemption_checkpoint(cfg_.checkpoint_dir, path);
+      if (!replaced.empty()) log_.info("preemption checkpoint replaces " + replaced);
+    }
+    prune_checkpoints(cfg_.checkpoint_dir, cfg_.keep);
+  });
+  last_checkpoint_step_ = step_;
+  if (comm_.rank() == 0) {
+    last_checkpoint_ = path;
+    log_.info(fmt::format("checkpoint ({}): {} (step {}; resumes at epoch {}, sample {} per rank)",
+                          why, path, step_, epoch_ + 1, offset_));
+    log_.metrics({{"event", "checkpoint"},
+                  {"step", step_},
+                  {"epoch", epoch_ + 1},
+                  {"sample_offset", offset_},
+                  {"path", path},
+                  {"reason", why},
+                  {"preemption", preemption}});
+  }
+}
+
+// The live progress line (a TTY): epoch, step, the window's loss, images/s and the ETA.
+void Trainer::show_progress(std::int64_t first_step, double elapsed, std::int64_t images) {
+  window_loss_ += ops_.take_loss_sum();
+  const double rate = (step_ - first_step) / std::max(elapsed, 1e-9);
+  log_.progress(fmt::format(
+      "epoch {}/{} step {}/{} loss {:.4f} {:.0f} img/s ETA {}", epoch_ + 1, cfg_.epochs, step_,
+      total_steps_, window_images_ > 0 ? window_loss_ / window_images_ : 0.0,
+      images / std::max(elapsed, 1e-9), fmt_eta((total_steps_ - step_) / std::max(rate, 1e-9))));
+}
+
+// --eval-every: a mid-epoch evaluation, in the log and metrics.
+void Trainer::evaluate_and_report_step() {
+  const EvalResult e = evaluate();
+  log_.info(fmt::format("eval step {}: test loss {:.4f} top-1 {:.2f}% top-5 {:.2f}%", step_, e.loss,
+                        100 * e.top1, 100 * e.top5));
+  log_.metrics({{"event", "eval"},
+                {"step", step_},
+                {"epoch", epoch_ + 1},
+                {"test_loss", e.loss},
+                {"top1", e.top1},
+                {"top5", e.top5},
+                {"count", e.count}});
+}
+
+// The epoch's communication: buckets, hook, bytes handed to all-reduce and sent, and (CPU) the
+// time in flight and exposed; a log line and a metrics record.
+void Trainer::report_comm_epoch() {
+  const ReducerStats rs = reducer_->take_stats();
+  const bool gpu = ops_.device() == Device::Cuda;
+  if (gpu) {
+    // The GPU's all-reduces complete asynchronously: host clocks would time the enqueue.
+    log_.info(fmt::format(
+        "comm epoch {}: {} buckets{} on the {}, hook {}, {} per step handed to "
+        "all-reduce, ~{} sent per rank (timing: asynchronous on the GPU, profile with nsys)",
+        epoch_ + 1, reducer_->buckets().size(),
+        cfg_.no_overlap ? " (--no-overlap: one all-reduce after backward)"
+                        : " (overlapped with backward)",
+        data_comm_.transport(), to_string(cfg_.compression),
+        fmt_bytes(static_cast<double>(rs.payload_bytes) /
+                  static_cast<double>(std::max<std::int64_t>(rs.steps, 1))),
+        fmt_bytes(static_cast<double>(rs.wire_bytes))));
+  } else {
+    log_.info(fmt::format(
+        "comm epoch {}: {} buckets{}, hook {}, {} per step handed to all-reduce, "
+        "~{} sent per rank, {:.1f} ms in flight, {:.1f} ms exposed (not hidden by "
+        "backward)",
+        epoch_ + 1, reducer_->buckets().size(),
+        cfg_.no_overlap ? " (--no-overlap: one all-reduce)" : "", to_string(cfg_.compression),
+        fmt_bytes(static_cast<double>(rs.payload_bytes) /
+                  static_cast<double>(std::max<std::int64_t>(rs.steps, 1))),
+        fmt_bytes(static_cast<double>(rs.wire_bytes)), 1e3 * rs.comm_seconds,
+        1e3 * rs.exposed_seconds));
+  }
+  log_.metrics({{"event", "comm"},
+                {"epoch", epoch_ + 1},
+                {"step", step_},
+                {"buckets", reducer_->buckets().size()},
+                {"overlap", !cfg_.no_overlap},
+                {"wire_bytes", rs.wire_bytes},
+                {"compression", to_string(cfg_.compression)},
+                {"payload_bytes", rs.payload_bytes},
+                {"steps", rs.steps},
+                {"comm_s", rs.comm_seconds},
+                {"exposed_s", rs.exposed_seconds}});
+}
+
+// The end of an epoch (or of a run stopped inside one): the evaluation, a log line, a record.
+EvalResult Trainer::report_epoch(bool epoch_done, double train_seconds, std::int64_t images) {
+  const EvalResult e = evaluate();
+  log_.info(
+      fmt::format("epoch {} {}: test loss {:.4f} top-1 {:.2f}% top-5 {:.2f}% ({} images) "
+                  "| train {:.1f} s, {:.0f} img/s",
+                  epoch_ + 1, epoch_done ? "done" : "stopped", e.loss, 100 * e.top1, 100 * e.top5,
+                  e.count, train_seconds, images / std::max(train_seconds, 1e-9)));
+  log_.metrics({{"event", "epoch"},
+                {"step", step_},
+                {"epoch", epoch_ + 1},
+                {"test_loss", e.loss},
+                {"top1", e.top1},
+                {"top5", e.top5},
+                {"count", e.count},
+                {"train_s", train_seconds},
+                {"images_per_s", images / std::max(train_seconds, 1e-9)},
+                {"comm_bytes", comm_.payload_bytes()}});
+  return e;
+}
+
+TrainResult Trainer::run() {
+  TrainResult res;
+  DistributedSampler sampler(data_.train.count, comm_.rank(), comm_.size(), cfg_.shuffle, cfg_.seed,
+                             cfg_.drop_last);
+  double train_seconds = 0;
+  std::int64_t images = 0;
+  const std::int64_t first_step = step_;
+  auto last_progress = Clock::now();
+  int stop = 0;
+  // Stops the training clock. Sync (GPU): the steps queued so far finish first (the loss read
+  // waits for them), so asynchronous device work is inside the time it is measured by.
+  Clock::time_point t0;
+  const auto stop_clock = [&] {
+    window_loss_ += ops_.take_loss_sum();
+    train_seconds += seconds_since(t0);
+  };
+  while (epoch_ < cfg_.epochs && step_ < total_steps_) {
+    sampler.set_epoch(epoch_);
+    const std::vector<std::int64_t> order = sampler.indices();
+    // Once per epoch: the backend keeps the order next to the data (no per-step upload).
+    ops_.set_order(Ops::kTrain, order);
+    const std::int64_t epoch_first = offset_;
+    t0 = Clock::now();
+    while (offset_ < static_cast<std::int64_t>(order.size()) && step_ < total_steps_) {
+      const auto b = static_cast<std::size_t>(offset_);
+      const int n = static_cast<int>(std::min<std::size_t>(cfg_.batch_size, order.size() - b));
+      train_step(n);
+      offset_ += n;
+      window_images_ += n;
+      images += static_cast<std::int64_t>(n) * comm_.size();
+      if (cfg_.check_replicas > 0 && step_ % cfg_.check_replicas == 0) {
+        check_replicas(comm_, model_, step_);
+      }
+      const double elapsed = train_seconds + seconds_since(t0);
+      if (log_.live_progress() && seconds_since(last_progress) > 0.2) {
+        last_progress = Clock::now();
+        show_progress(first_step, elapsed, images);
+      }
+      if (step_ % cfg_.log_every == 0) log_window(epoch_, elapsed);
+      // Collective, every step: a stop signal on any rank stops all of them here, together.
+      stop = agree_stop_signal(comm_);
+      if (stop != 0) {
+        stop_clock();
+        log_.info(fmt::format("{} received: stopping at step {} with a checkpoint",
+                              signal_name(stop), step_));
+        // The requeue signal (Slurm: --signal=USR1@120) or SIGTERM (scancel, preemption, the time
+        // limit) mean "this job is about to go": a rolling preemption checkpoint, one per job.
+        const bool preempted = stop == cfg_.requeue_signal || stop == SIGTERM;
+        checkpoint(signal_name(stop), preempted);
+        break;
+      }
+      if (cfg_.checkpoint_every > 0 && step_ % cfg_.checkpoint_every == 0) {
+        stop_clock();
+        checkpoint("every");
+        t0 = Clock::now();
+      }
+      if (cfg_.eval_every > 0 && step_ % cfg_.eval_every == 0) {
+        stop_clock();
+        evaluate_and_report_step();
+        t0 = Clock::now();
+      }
+    }
+    if (!cfg_.debug_sample_log.empty()) {
+      // Collective (agreement): a log that cannot be written on one rank stops every rank.
+      run_agreed(comm_, [&] {
+        append_sample_log(cfg_.debug_sample_log, epoch_, comm_.rank(), order, epoch_first, offset_);
+      });
+    }
+    if (stop != 0) break;
+    stop_clock();
+    if (window_images_ > 0) log_window(epoch_, train_seconds);
+    const bool epoch_done = offset_ >= static_cast<std::int64_t>(order.size());
+    report_comm_epoch();
+    res.final_eval = report_epoch(epoch_done, train_seconds, images);
+    res.evaluated = true;
+    if (epoch_done) res.epochs_completed = static_cast<int>(epoch_ + 1);
+    if (!epoch_done) break;  // --max-steps ended the run inside this epoch
+    // The checkpoint of a finished epoch points at the start of the next one.
+    ++epoch_;
+    offset_ = 0;
+    checkpoint("epoch end");
+  }
+  if (graphs_) {
+    log_.info(fmt::format("CUDA graphs: {} captured (one per batch size), {} of {} steps replayed",
+                          graphs_->captured(), replays_, step_ - first_step));
+  }
+  // End of training (a no-op when the epoch end just wrote this step).
+  if (stop == 0) checkpoint("end");
+  res.stop_signal = stop;
+  res.steps = step_;
+  res.train_seconds = train_seconds;
+  res.images_per_second = images / std::max(train_seconds, 1e-9);
+  res.comm_bytes = comm_.payload_bytes();
+  res.last_checkpoint = last_checkpoint_;
+  return res;
+}
+
+}  // namespace mnist_ddp
