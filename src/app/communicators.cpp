@@ -1,11 +1,22 @@
 // communicators.cpp — building the run's communicators in their order, each watched.
 #include "mnist_ddp/app/communicators.hpp"
 
+#include "mnist_ddp/dist/threaded_comm.hpp"
+
 namespace mnist_ddp {
 
 Communicators::Communicators() : control_(make_mpi_comm()) {
   abort_via_ = control_.get();
   data_ = control_.get();
+}
+
+Communicators::~Communicators() {
+  // The communication thread first, while the watchdog can still abort a sum it is stuck in
+  // (its inner communicator reports to the watchdog, not the wrapper).
+  thread_.reset();
+  for (Comm* c : {thread_.get(), local_.get(), staged_.get(), nccl_.get(), control_.get()})
+    if (c != nullptr) c->set_watchdog(nullptr);
+  watchdog_.reset();  // joins its thread: nothing can abort through abort_via_ from here on
 }
 
 void Communicators::start_watchdog(const Config& cfg, int rank, const std::string& host) {
@@ -53,8 +64,10 @@ void Communicators::open_local(Device device, int color, void* stream) {
 }
 
 void Communicators::open_thread() {
-  thread_ = make_mpi_group_comm(0);
-  watch(*thread_);
+  // The thread's collectives are watched on the communicator it issues them on.
+  auto inner = make_mpi_group_comm(0);
+  watch(*inner);
+  thread_ = make_threaded_comm(std::move(inner));
 }
 
 }  // namespace mnist_ddp

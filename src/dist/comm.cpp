@@ -44,20 +44,19 @@ void Comm::allreduce_avg(std::span<float> d) {
   for (float& x : d) x /= n;
 }
 int Comm::start_allreduce_sum(std::span<float> d) {
-  allreduce(d, ReduceOp::Sum);
+  count_bytes(d.size_bytes());
+  return start_allreduce_raw(d.data(), d.size(), DType::F32);
+}
+int Comm::start_allreduce_sum(std::span<std::uint16_t> d, DType type) {
+  MNIST_DDP_CHECK(is_half(type), "a 16-bit all-reduce takes F16 or BF16");
+  count_bytes(d.size_bytes());
+  return start_allreduce_raw(d.data(), d.size(), type);
+}
+int Comm::start_allreduce_raw(void* data, std::size_t count, DType type) {
+  const auto seq = watch_begin("allreduce", count, type);
+  allreduce_raw(data, count, type, ReduceOp::Sum);
+  watch_end(seq);
   return -1;
-}
-int Comm::start_allreduce_sum16(std::span<std::uint16_t>, bool) {
-  throw UserError(
-      "--compression fp16/bf16: this communicator has no 16-bit all-reduce (CPU/MPI only)");
-}
-int Comm::start_allreduce_avg16(std::span<float>, bool) {
-  throw UserError(
-      "--compression fp16/bf16 on device memory: this communicator has no 16-bit device path "
-      "(use --comm nccl on a GPU)");
-}
-void Comm::finish_allreduce_avg16(int, std::span<float>, bool) {
-  throw UserError("--compression fp16/bf16: no 16-bit device path on this communicator");
 }
 bool Comm::test(int) {
   return true;
@@ -72,23 +71,6 @@ void Comm::finish_allreduce_avg(int request, std::span<float> data) {
 void Comm::bind_stream(void*) {}
 
 namespace {
-const char* type_name_of(DType t) {
-  switch (t) {
-    case DType::F32:
-      return "f32";
-    case DType::F64:
-      return "f64";
-    case DType::I32:
-      return "i32";
-    case DType::I64:
-      return "i64";
-    case DType::U64:
-      return "u64";
-    case DType::U8:
-      return "u8";
-  }
-  return "?";
-}
 // A collective's fingerprint: sequence number, count, op name (16 bytes), dtype name (8 bytes).
 constexpr std::size_t kFingerprint = 5;
 void pack_name(const char* name, std::uint64_t* words, std::size_t n) {
@@ -105,9 +87,8 @@ std::string describe(const std::uint64_t* fp) {
 }
 }  // namespace
 
-std::uint64_t Comm::watch_begin(const char* op, std::size_t count, DType type,
-                                const char* type_name) {
-  const char* tn = type_name != nullptr ? type_name : type_name_of(type);
+std::uint64_t Comm::watch_begin(const char* op, std::size_t count, DType type) {
+  const char* tn = name_in(kDTypeNames, type);
   ++collectives_;
   if (debug_collectives_ && size() > 1) {
     std::uint64_t mine[kFingerprint] = {collectives_, count, 0, 0, 0};

@@ -89,7 +89,7 @@ void PowerSgd::allreduce_sum(std::span<float> data) {
     wire16_.resize(data.size());
     encode16(data, wire16_, Compression::Fp16);
     // Collective: the 16-bit sum (user-defined MPI reduction over fp16).
-    comm_.wait(comm_.start_allreduce_sum16(wire16_, false));
+    comm_.wait(comm_.start_allreduce_sum(std::span<std::uint16_t>(wire16_), DType::F16));
     decode16(wire16_, data, Compression::Fp16);
     last_payload_bytes_ += data.size() * sizeof(std::uint16_t);
   } else {

@@ -167,7 +167,6 @@ const float* ConvNet::forward(const float* x, int n, Mode mode) {
     if (mode == Mode::Train) {
       ops_.batchnorm_stats(k, n, h * w, b.conv_out.data(), kBnEps, kBnMomentum, b.mean.data(),
                            b.invstd.data(), rm, rv);
-      num_batches_tracked_[bi] += 1;
     } else {
       ops_.batchnorm_eval_stats(k, rm, rv, kBnEps, b.mean.data(), b.invstd.data());
     }
@@ -182,7 +181,7 @@ const float* ConvNet::forward(const float* x, int n, Mode mode) {
   return logits_.data();
 }
 
-void ConvNet::note_replayed_train_forward() {
+void ConvNet::count_train_batch() {
   for (auto& n : num_batches_tracked_) n += 1;
 }
 

@@ -31,20 +31,10 @@ double learning_rate(const LrConfig& c, std::int64_t step, std::int64_t epoch) {
 Sgd::Sgd(Ops& ops, std::size_t numel, const SgdParams& params)
     : ops_(ops), params_(params), buf_({static_cast<int>(numel)}, ops.device()) {}
 
-void Sgd::step(std::span<float> params, std::span<const float> grads, double lr) {
+void Sgd::step(std::span<float> params, std::span<const float> grads) {
   MNIST_DDP_CHECK(params.size() == grads.size() && params.size() == buf_.numel(),
                   "optimizer sized for another arena");
-  SgdParams p = params_;
-  p.lr = lr;
-  ops_.sgd_step(params.size(), params.data(), grads.data(), buf_.data(), p, steps_ == 0);
-  ++steps_;
-}
-
-void Sgd::step_at_step(std::span<float> params, std::span<const float> grads) {
-  MNIST_DDP_CHECK(params.size() == grads.size() && params.size() == buf_.numel(),
-                  "optimizer sized for another arena");
-  ops_.sgd_step_at_step(params.size(), params.data(), grads.data(), buf_.data(), params_);
-  ++steps_;
+  ops_.sgd_step(params.size(), params.data(), grads.data(), buf_.data(), params_);
 }
 
 void Sgd::restore(std::span<const float> momentum, std::int64_t steps) {

@@ -12,7 +12,6 @@
 #include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
-#include <thread>
 
 #include "mnist_ddp/data/sampler.hpp"
 #include "mnist_ddp/dist/ddp.hpp"
@@ -20,6 +19,7 @@
 #include "mnist_ddp/runtime/check.hpp"
 #include "mnist_ddp/runtime/requeue.hpp"
 #include "mnist_ddp/runtime/signals.hpp"
+#include "mnist_ddp/train/debug_seams.hpp"
 
 namespace mnist_ddp {
 namespace {
@@ -46,11 +46,6 @@ void append_sample_log(const std::string& dir, std::int64_t epoch, int rank,
   }
 }
 
-using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
-}
-
 SgdParams sgd_params(const Config& c) {
   SgdParams p;
   p.lr = c.lr;
@@ -59,18 +54,6 @@ SgdParams sgd_params(const Config& c) {
   p.weight_decay = c.weight_decay;
   p.nesterov = c.nesterov;
   return p;
-}
-
-std::string fmt_bytes(double b) {
-  if (b >= 1e9) return fmt::format("{:.2f} GB", b / 1e9);
-  if (b >= 1e6) return fmt::format("{:.1f} MB", b / 1e6);
-  return fmt::format("{:.1f} kB", b / 1e3);
-}
-
-std::string fmt_eta(double s) {
-  const auto t = static_cast<long>(std::max(0.0, s));
-  return t >= 3600 ? fmt::format("{}h{:02}m", t / 3600, (t / 60) % 60)
-                   : fmt::format("{}m{:02}s", t / 60, t % 60);
 }
 
 }  // namespace
@@ -113,6 +96,7 @@ Trainer::Trainer(const Config& cfg, Comm& comm, Comm& data_comm, Ops& ops, ConvN
       model_(model),
       data_(data),
       log_(log),
+      report_(cfg, log),
       sgd_(ops, model.params().size(), sgd_params(cfg)),
       layout_(checkpoint_layout(model)) {
   const DistributedSampler probe(data.train.count, comm.rank(), comm.size(), cfg.shuffle, cfg.seed,
@@ -128,22 +112,21 @@ Trainer::Trainer(const Config& cfg, Comm& comm, Comm& data_comm, Ops& ops, ConvN
   lr_.total_steps = total_steps_;
   lr_.min_lr = cfg.min_lr;
   const GradientPath path = choose_gradient_path(cfg, ops.device(), data_comm);
-  if (path.device_reducer) {
-    // GPU: each bucket's all-reduce starts as soon as backward has produced it (NCCL: on its own
-    // stream while the compute stream goes on with the earlier layers, nccl_comm.cu; host-staged
-    // MPI: blocking, staged through the host). fp16/bf16 hooks: encoded, summed in 16 bits and
-    // decoded on the device (NcclComm).
-    reducer_ = std::make_unique<Reducer>(
-        data_comm, model, static_cast<std::size_t>(cfg.bucket_cap_kb) * 1024, !cfg.no_overlap,
-        cfg.compression, PowerSgdConfig{}, OverlapEngine::Test, nullptr, /*device_memory=*/true);
-  } else {
-    reducer_ = std::make_unique<Reducer>(
-        data_comm, model, static_cast<std::size_t>(cfg.bucket_cap_kb) * 1024, !cfg.no_overlap,
-        cfg.compression,
-        PowerSgdConfig{cfg.powersgd_rank, cfg.powersgd_start_iter,
-                       cfg.powersgd_min_compression_rate, false, false, cfg.seed},
-        cfg.overlap_engine, thread_comm);
+  // Where the buckets are reduced. GPU: the data communicator (NCCL on its own stream while the
+  // compute stream goes on with the earlier layers; host-staged MPI: blocking, through the
+  // host). CPU: the data communicator (MPI_Test from backward), or the communication thread.
+  bucket_comm_ = &data_comm;
+  if (!path.device_reducer && cfg.overlap_engine == OverlapEngine::Thread && !cfg.no_overlap &&
+      !is_powersgd(cfg.compression)) {
+    MNIST_DDP_CHECK(thread_comm != nullptr && thread_comm->size() == data_comm.size(),
+                    "the communication thread needs its own communicator over the same ranks");
+    bucket_comm_ = thread_comm;
   }
+  reducer_ = std::make_unique<Reducer>(
+      *bucket_comm_, model, static_cast<std::size_t>(cfg.bucket_cap_kb) * 1024, !cfg.no_overlap,
+      cfg.compression,
+      PowerSgdConfig{cfg.powersgd_rank, cfg.powersgd_start_iter, cfg.powersgd_min_compression_rate,
+                     false, false, cfg.seed});
   if (cfg.sync_bn) {
     // The exchange works on host doubles: the data communicator on the CPU, the host MPI
     // communicator on a GPU (where the data communicator works on device memory).
@@ -177,99 +160,75 @@ Trainer::~Trainer() {
   ops_.free_bytes(reinterpret_cast<std::uint8_t*>(y_));
 }
 
-double Trainer::step(const float* x, const std::int32_t* y, int n, Mode mode) {
-  last_lr_ = learning_rate(lr_, step_, epoch_);
-  ops_.set_step_scalars({0, last_lr_, sgd_.steps_taken() == 0});
-  step_body(x, y, n, mode);
-  ++step_;
-  return ops_.take_loss_sum();
-}
-
 void Trainer::train_step(int n) {
-  if (step_ == 3 && comm_.rank() == cfg_.debug_hang_rank) {
-    // Test seam: this rank stops here; its peers wait in the next collective until the watchdog
-    // (--collective-timeout) names it and aborts the job.
-    std::fprintf(stderr, "mnist_ddp: --debug-hang-rank %d: rank %d stops before step 3\n",
-                 cfg_.debug_hang_rank, comm_.rank());
-    std::fflush(stderr);
-    for (;;) std::this_thread::sleep_for(std::chrono::seconds(60));
-  }
-  if (step_ == 3 && comm_.rank() == cfg_.debug_exit_rank) {
-    // Test seam: a rank that dies with an error, without MPI_Finalize.
-    std::fprintf(stderr, "mnist_ddp: --debug-exit-rank %d: rank %d exits with status 1\n",
-                 cfg_.debug_exit_rank, comm_.rank());
-    std::fflush(stderr);
-    std::_Exit(1);
-  }
   last_lr_ = learning_rate(lr_, step_, epoch_);
   // Before the step (outside any graph): what changes per step, into backend memory.
   ops_.set_step_scalars({offset_, last_lr_, sgd_.steps_taken() == 0});
-  const auto body = [&] {
-    ops_.gather_at_step(Ops::kTrain, n, data_.mean, data_.std, x_.data(), y_);
-    step_body(x_.data(), y_, n, Mode::Train);
-  };
+  const auto body = [&] { enqueue_step(n); };
   if (!graphs_) {
     body();
   } else if (const StepRun how = graphs_->run(n, body); how == StepRun::Replayed) {
-    // The replay did on the device what body() would have counted on the host.
-    model_.note_replayed_train_forward();
-    sgd_.note_replayed_step();
-    reducer_->note_replayed_step();
     ++replays_;
   } else if (how == StepRun::FellBack) {
-    log_.info(fmt::format(
-        "warning: CUDA graphs: capture failed for batch size {} on {}; every rank runs steps of "
-        "that size eagerly from now on (correct, slower)",
-        n, graphs_->last_failure()));
+    report_.capture_fell_back(n, graphs_->last_failure());
   }
-  ++step_;
+  end_step(n);
 }
 
-CaptureHooks Trainer::capture_hooks() {
-  CaptureHooks h;
-  h.save = [this] {
-    const auto tracked = model_.num_batches_tracked();
-    before_capture_.num_batches_tracked.assign(tracked.begin(), tracked.end());
-    before_capture_.sgd_steps = sgd_.steps_taken();
-    before_capture_.reducer = reducer_->mark();
-    before_capture_.data_comm = data_comm_.mark();
-  };
-  // Collective (host MPI, once per captured batch size): did every rank capture the step?
-  h.agree = [this](const std::string& mine) { return agree_first_failure(comm_, mine); };
-  h.restore = [this] {
-    std::copy(before_capture_.num_batches_tracked.begin(),
-              before_capture_.num_batches_tracked.end(), model_.num_batches_tracked().begin());
-    sgd_.rewind_steps(before_capture_.sgd_steps);
-    reducer_->rewind(before_capture_.reducer);
-    data_comm_.rewind(before_capture_.data_comm);
-  };
-  return h;
-}
-
-void Trainer::step_body(const float* x, const std::int32_t* y, int n, Mode mode) {
+void Trainer::enqueue_step(int n) {
+  ops_.gather_at_step(Ops::kTrain, n, data_.mean, data_.std, x_.data(), y_);
   // Collective: DDP's broadcast_buffers — rank 0's BN running statistics before each forward.
   // (num_batches_tracked, on the host, advances in lockstep on every rank: nothing to send.)
   data_comm_.broadcast(model_.buffers(), 0);
-  const float* logits = model_.forward(x, n, mode);
+  const float* logits = model_.forward(x_.data(), n, Mode::Train);
   // Mean loss over the local batch; averaging the gradients over ranks gives the global mean.
-  ops_.accumulate_loss(n, kClasses, logits, y, dlogits_.data(), 1.0 / n);
+  ops_.accumulate_loss(n, kClasses, logits, y_, dlogits_.data(), 1.0 / n);
   const bool local = cfg_.local_sgd_start >= 0 && step_ >= cfg_.local_sgd_start;
-  // Post-local SGD: gradients averaged over the whole job for the first --local-sgd-start
-  // steps, then only within this node's group (PyTorch's post_localSGD_hook).
-  reducer_->use_comm(local ? *local_comm_ : data_comm_);
+  if (cfg_.local_sgd_start >= 0) {
+    // Post-local SGD: gradients averaged over the whole job for the first --local-sgd-start
+    // steps, then only within this node's group (PyTorch's post_localSGD_hook).
+    reducer_->use_comm(local ? *local_comm_ : *bucket_comm_);
+  }
   // Collectives (inside): each bucket's all-reduce starts as soon as backward has produced its
-  // gradients; finish() waits for them and divides by the world size.
+  // gradients; finish() waits for them and leaves the average over the ranks.
   model_.backward(dlogits_.data(), [this](int layer) { reducer_->layer_ready(layer); });
   reducer_->finish();
   // --amp fp16: the averaged gradients back to true scale; all ranks agree on inf/NaN.
   if (scaler_) unscale_and_agree(*scaler_, data_comm_, model_.grads());
-  sgd_.step_at_step(model_.params(), model_.grads());  // a no-op where found_inf (set_amp)
+  sgd_.step(model_.params(), model_.grads());  // a no-op where found_inf (set_amp)
   if (scaler_) scaler_->update();
   if (local && (step_ - cfg_.local_sgd_start) % cfg_.local_sgd_period == 0) {
     // Collective: PeriodicModelAverager — the global parameter average that bounds how far the
     // node groups drift apart (momentum buffers stay local, as in PyTorch).
     data_comm_.allreduce_avg(model_.params());
   }
+}
+
+void Trainer::end_step(int n) {
+  model_.count_train_batch();
+  sgd_.count_step();
+  reducer_->count_step();
+  ++step_;
+  offset_ += n;
+  window_images_ += n;
+  images_ += static_cast<std::int64_t>(n) * comm_.size();
+}
+
+CaptureHooks Trainer::capture_hooks() {
+  CaptureHooks h;
+  // The step body counts nothing on the host (end_step does, after it): only the Reducer's and
+  // the data communicator's bookkeeping of the collectives it registered need putting back.
+  h.save = [this] {
+    before_capture_.reducer = reducer_->mark();
+    before_capture_.data_comm = data_comm_.mark();
+  };
+  // Collective (host MPI, once per captured batch size): did every rank capture the step?
+  h.agree = [this](const std::string& mine) { return agree_first_failure(comm_, mine); };
+  h.restore = [this] {
+    reducer_->rewind(before_capture_.reducer);
+    data_comm_.rewind(before_capture_.data_comm);
+  };
+  return h;
 }
 
 EvalResult Trainer::evaluate() {
@@ -304,7 +263,7 @@ EvalResult Trainer::evaluate() {
   return r;
 }
 
-void Trainer::log_window(std::int64_t epoch, double elapsed) {
+void Trainer::log_window() {
   window_loss_ += ops_.take_loss_sum();  // sync (GPU): the losses summed on the device
   // Collective (every --log-every steps on all ranks): the global mean loss of the window.
   double w[2] = {window_loss_, static_cast<double>(window_images_)};
@@ -319,39 +278,23 @@ void Trainer::log_window(std::int64_t epoch, double elapsed) {
                                 step_, w[1], loss, last_lr_, good_checkpoint_advice()),
                     kExitTrainingDiverged);
   }
-  const double ips =
+  const double elapsed = clock_.seconds();
+  WindowFigures f;
+  f.loss = loss;
+  f.lr = last_lr_;
+  f.images_per_s =
       elapsed > 0 ? static_cast<double>(step_) * cfg_.batch_size * comm_.size() / elapsed : 0;
-  std::string line = fmt::format("epoch {} step {}/{} loss {:.4f} lr {:.5g} {:.0f} img/s comm {}",
-                                 epoch + 1, step_, total_steps_, loss, last_lr_, ips,
-                                 fmt_bytes(static_cast<double>(comm_.payload_bytes())));
-  LossScalerState amp{};
+  f.comm_bytes = comm_.payload_bytes();
+  f.elapsed_s = elapsed;
   if (scaler_) {
     // Sync (GPU, once per window): the scale and the steps skipped since the last line (every
     // rank reads the same values: the skip decision was all-reduced).
-    amp = scaler_->state();
+    const LossScalerState amp = scaler_->state();
     const std::int64_t skipped = scaler_->take_skipped();
     skipped_steps_ += skipped;
-    line += fmt::format(" loss-scale {:g} skipped {}", amp.scale, skipped);
+    f.amp = WindowFigures::Amp{amp.scale, skipped, skipped_steps_};
   }
-  if (log_.live_progress()) {
-    log_.file(line);
-  } else {
-    log_.info(line);
-  }
-  log_.metrics({{"event", "train"},
-                {"step", step_},
-                {"epoch", epoch + 1},
-                {"loss", loss},
-                {"lr", last_lr_},
-                {"images_per_s", ips},
-                {"comm_bytes", comm_.payload_bytes()},
-                {"time_s", elapsed}});
-  if (scaler_) {
-    log_.metrics({{"event", "amp"},
-                  {"step", step_},
-                  {"loss_scale", amp.scale},
-                  {"skipped_steps_total", skipped_steps_}});
-  }
+  report_.train_window(position(), f);
   window_loss_ = 0;
   window_images_ = 0;
 }
@@ -505,102 +448,63 @@ void Trainer::checkpoint(const char* why, bool preemption) {
   last_checkpoint_step_ = step_;
   if (comm_.rank() == 0) {
     last_checkpoint_ = path;
-    log_.info(fmt::format("checkpoint ({}): {} (step {}; resumes at epoch {}, sample {} per rank)",
-                          why, path, step_, epoch_ + 1, offset_));
-    log_.metrics({{"event", "checkpoint"},
-                  {"step", step_},
-                  {"epoch", epoch_ + 1},
-                  {"sample_offset", offset_},
-                  {"path", path},
-                  {"reason", why},
-                  {"preemption", preemption}});
+    report_.checkpoint(position(), path, why, offset_, preemption);
   }
 }
 
-// The live progress line (a TTY): epoch, step, the window's loss, images/s and the ETA.
-void Trainer::show_progress(std::int64_t first_step, double elapsed, std::int64_t images) {
+void Trainer::stop_clock() {
   window_loss_ += ops_.take_loss_sum();
-  const double rate = (step_ - first_step) / std::max(elapsed, 1e-9);
-  log_.progress(fmt::format(
-      "epoch {}/{} step {}/{} loss {:.4f} {:.0f} img/s ETA {}", epoch_ + 1, cfg_.epochs, step_,
-      total_steps_, window_images_ > 0 ? window_loss_ / window_images_ : 0.0,
-      images / std::max(elapsed, 1e-9), fmt_eta((total_steps_ - step_) / std::max(rate, 1e-9))));
+  clock_.stop();
 }
 
-// --eval-every: a mid-epoch evaluation, in the log and metrics.
-void Trainer::evaluate_and_report_step() {
-  const EvalResult e = evaluate();
-  log_.info(fmt::format("eval step {}: test loss {:.4f} top-1 {:.2f}% top-5 {:.2f}%", step_, e.loss,
-                        100 * e.top1, 100 * e.top5));
-  log_.metrics({{"event", "eval"},
-                {"step", step_},
-                {"epoch", epoch_ + 1},
-                {"test_loss", e.loss},
-                {"top1", e.top1},
-                {"top5", e.top5},
-                {"count", e.count}});
-}
-
-// The epoch's communication: buckets, hook, bytes handed to all-reduce and sent, and (CPU) the
-// time in flight and exposed; a log line and a metrics record.
-void Trainer::report_comm_epoch() {
-  const ReducerStats rs = reducer_->take_stats();
-  const bool gpu = ops_.device() == Device::Cuda;
-  if (gpu) {
-    // The GPU's all-reduces complete asynchronously: host clocks would time the enqueue.
-    log_.info(fmt::format(
-        "comm epoch {}: {} buckets{} on the {}, hook {}, {} per step handed to "
-        "all-reduce, ~{} sent per rank (timing: asynchronous on the GPU, profile with nsys)",
-        epoch_ + 1, reducer_->buckets().size(),
-        cfg_.no_overlap ? " (--no-overlap: one all-reduce after backward)"
-                        : " (overlapped with backward)",
-        data_comm_.transport(), to_string(cfg_.compression),
-        fmt_bytes(static_cast<double>(rs.payload_bytes) /
-                  static_cast<double>(std::max<std::int64_t>(rs.steps, 1))),
-        fmt_bytes(static_cast<double>(rs.wire_bytes))));
-  } else {
-    log_.info(fmt::format(
-        "comm epoch {}: {} buckets{}, hook {}, {} per step handed to all-reduce, "
-        "~{} sent per rank, {:.1f} ms in flight, {:.1f} ms exposed (not hidden by "
-        "backward)",
-        epoch_ + 1, reducer_->buckets().size(),
-        cfg_.no_overlap ? " (--no-overlap: one all-reduce)" : "", to_string(cfg_.compression),
-        fmt_bytes(static_cast<double>(rs.payload_bytes) /
-                  static_cast<double>(std::max<std::int64_t>(rs.steps, 1))),
-        fmt_bytes(static_cast<double>(rs.wire_bytes)), 1e3 * rs.comm_seconds,
-        1e3 * rs.exposed_seconds));
+int Trainer::after_step(std::int64_t first_step) {
+  if (cfg_.check_replicas > 0 && step_ % cfg_.check_replicas == 0) {
+    check_replicas(comm_, model_, step_);
   }
-  log_.metrics({{"event", "comm"},
-                {"epoch", epoch_ + 1},
-                {"step", step_},
-                {"buckets", reducer_->buckets().size()},
-                {"overlap", !cfg_.no_overlap},
-                {"wire_bytes", rs.wire_bytes},
-                {"compression", to_string(cfg_.compression)},
-                {"payload_bytes", rs.payload_bytes},
-                {"steps", rs.steps},
-                {"comm_s", rs.comm_seconds},
-                {"exposed_s", rs.exposed_seconds}});
+  if (log_.live_progress() &&
+      std::chrono::steady_clock::now() - last_progress_ > std::chrono::milliseconds(200)) {
+    // The live progress line (a TTY): the window's loss, images/s and the ETA.
+    last_progress_ = std::chrono::steady_clock::now();
+    window_loss_ += ops_.take_loss_sum();
+    const double elapsed = std::max(clock_.seconds(), 1e-9);
+    const double rate = std::max((step_ - first_step) / elapsed, 1e-9);
+    report_.progress(position(), window_images_ > 0 ? window_loss_ / window_images_ : 0.0,
+                     images_ / elapsed, (total_steps_ - step_) / rate);
+  }
+  if (step_ % cfg_.log_every == 0) log_window();
+  // Collective, every step: a stop signal on any rank stops all of them here, together.
+  const int stop = agree_stop_signal(comm_);
+  if (stop != 0) {
+    stop_clock();
+    report_.stopping(signal_name(stop), step_);
+    // The requeue signal (Slurm: --signal=USR1@120) or SIGTERM (scancel, preemption, the time
+    // limit) mean "this job is about to go": a rolling preemption checkpoint, one per job.
+    checkpoint(signal_name(stop), stop == cfg_.requeue_signal || stop == SIGTERM);
+    return stop;
+  }
+  if (cfg_.checkpoint_every > 0 && step_ % cfg_.checkpoint_every == 0) {
+    stop_clock();
+    checkpoint("every");
+    clock_.start();
+  }
+  if (cfg_.eval_every > 0 && step_ % cfg_.eval_every == 0) {
+    stop_clock();
+    report_.eval(position(), evaluate());
+    clock_.start();
+  }
+  return 0;
 }
 
-// The end of an epoch (or of a run stopped inside one): the evaluation, a log line, a record.
-EvalResult Trainer::report_epoch(bool epoch_done, double train_seconds, std::int64_t images) {
+EvalResult Trainer::end_epoch(bool epoch_done) {
+  stop_clock();
+  if (window_images_ > 0) log_window();
+  report_.comm_epoch(position(),
+                     CommFigures{reducer_->take_stats(), reducer_->buckets().size(),
+                                 data_comm_.transport(), ops_.device() == Device::Cuda});
   const EvalResult e = evaluate();
-  log_.info(
-      fmt::format("epoch {} {}: test loss {:.4f} top-1 {:.2f}% top-5 {:.2f}% ({} images) "
-                  "| train {:.1f} s, {:.0f} img/s",
-                  epoch_ + 1, epoch_done ? "done" : "stopped", e.loss, 100 * e.top1, 100 * e.top5,
-                  e.count, train_seconds, images / std::max(train_seconds, 1e-9)));
-  log_.metrics({{"event", "epoch"},
-                {"step", step_},
-                {"epoch", epoch_ + 1},
-                {"test_loss", e.loss},
-                {"top1", e.top1},
-                {"top5", e.top5},
-                {"count", e.count},
-                {"train_s", train_seconds},
-                {"images_per_s", images / std::max(train_seconds, 1e-9)},
-                {"comm_bytes", comm_.payload_bytes()}});
+  const double train_s = clock_.seconds();
+  report_.epoch(position(), epoch_done, e, train_s, images_ / std::max(train_s, 1e-9),
+                comm_.payload_bytes());
   return e;
 }
 
@@ -608,63 +512,20 @@ TrainResult Trainer::run() {
   TrainResult res;
   DistributedSampler sampler(data_.train.count, comm_.rank(), comm_.size(), cfg_.shuffle, cfg_.seed,
                              cfg_.drop_last);
-  double train_seconds = 0;
-  std::int64_t images = 0;
   const std::int64_t first_step = step_;
-  auto last_progress = Clock::now();
   int stop = 0;
-  // Stops the training clock. Sync (GPU): the steps queued so far finish first (the loss read
-  // waits for them), so asynchronous device work is inside the time it is measured by.
-  Clock::time_point t0;
-  const auto stop_clock = [&] {
-    window_loss_ += ops_.take_loss_sum();
-    train_seconds += seconds_since(t0);
-  };
   while (epoch_ < cfg_.epochs && step_ < total_steps_) {
     sampler.set_epoch(epoch_);
     const std::vector<std::int64_t> order = sampler.indices();
+    const auto epoch_size = static_cast<std::int64_t>(order.size());
     // Once per epoch: the backend keeps the order next to the data (no per-step upload).
     ops_.set_order(Ops::kTrain, order);
     const std::int64_t epoch_first = offset_;
-    t0 = Clock::now();
-    while (offset_ < static_cast<std::int64_t>(order.size()) && step_ < total_steps_) {
-      const auto b = static_cast<std::size_t>(offset_);
-      const int n = static_cast<int>(std::min<std::size_t>(cfg_.batch_size, order.size() - b));
-      train_step(n);
-      offset_ += n;
-      window_images_ += n;
-      images += static_cast<std::int64_t>(n) * comm_.size();
-      if (cfg_.check_replicas > 0 && step_ % cfg_.check_replicas == 0) {
-        check_replicas(comm_, model_, step_);
-      }
-      const double elapsed = train_seconds + seconds_since(t0);
-      if (log_.live_progress() && seconds_since(last_progress) > 0.2) {
-        last_progress = Clock::now();
-        show_progress(first_step, elapsed, images);
-      }
-      if (step_ % cfg_.log_every == 0) log_window(epoch_, elapsed);
-      // Collective, every step: a stop signal on any rank stops all of them here, together.
-      stop = agree_stop_signal(comm_);
-      if (stop != 0) {
-        stop_clock();
-        log_.info(fmt::format("{} received: stopping at step {} with a checkpoint",
-                              signal_name(stop), step_));
-        // The requeue signal (Slurm: --signal=USR1@120) or SIGTERM (scancel, preemption, the time
-        // limit) mean "this job is about to go": a rolling preemption checkpoint, one per job.
-        const bool preempted = stop == cfg_.requeue_signal || stop == SIGTERM;
-        checkpoint(signal_name(stop), preempted);
-        break;
-      }
-      if (cfg_.checkpoint_every > 0 && step_ % cfg_.checkpoint_every == 0) {
-        stop_clock();
-        checkpoint("every");
-        t0 = Clock::now();
-      }
-      if (cfg_.eval_every > 0 && step_ % cfg_.eval_every == 0) {
-        stop_clock();
-        evaluate_and_report_step();
-        t0 = Clock::now();
-      }
+    clock_.start();
+    while (offset_ < epoch_size && step_ < total_steps_ && stop == 0) {
+      debug_seams_before_step(cfg_, comm_.rank(), step_);
+      train_step(static_cast<int>(std::min<std::int64_t>(cfg_.batch_size, epoch_size - offset_)));
+      stop = after_step(first_step);
     }
     if (!cfg_.debug_sample_log.empty()) {
       // Collective (agreement): a log that cannot be written on one rank stops every rank.
@@ -673,29 +534,23 @@ TrainResult Trainer::run() {
       });
     }
     if (stop != 0) break;
-    stop_clock();
-    if (window_images_ > 0) log_window(epoch_, train_seconds);
-    const bool epoch_done = offset_ >= static_cast<std::int64_t>(order.size());
-    report_comm_epoch();
-    res.final_eval = report_epoch(epoch_done, train_seconds, images);
+    const bool epoch_done = offset_ >= epoch_size;
+    res.final_eval = end_epoch(epoch_done);
     res.evaluated = true;
-    if (epoch_done) res.epochs_completed = static_cast<int>(epoch_ + 1);
     if (!epoch_done) break;  // --max-steps ended the run inside this epoch
+    res.epochs_completed = static_cast<int>(epoch_ + 1);
     // The checkpoint of a finished epoch points at the start of the next one.
     ++epoch_;
     offset_ = 0;
     checkpoint("epoch end");
   }
-  if (graphs_) {
-    log_.info(fmt::format("CUDA graphs: {} captured (one per batch size), {} of {} steps replayed",
-                          graphs_->captured(), replays_, step_ - first_step));
-  }
+  if (graphs_) report_.graphs(graphs_->captured(), replays_, step_ - first_step);
   // End of training (a no-op when the epoch end just wrote this step).
   if (stop == 0) checkpoint("end");
   res.stop_signal = stop;
   res.steps = step_;
-  res.train_seconds = train_seconds;
-  res.images_per_second = images / std::max(train_seconds, 1e-9);
+  res.train_seconds = clock_.seconds();
+  res.images_per_second = images_ / std::max(res.train_seconds, 1e-9);
   res.comm_bytes = comm_.payload_bytes();
   res.last_checkpoint = last_checkpoint_;
   return res;

@@ -76,7 +76,7 @@ top1_of() { grep -o "done: .* test top-1 [0-9.]*%" "$1" | grep -o "[0-9.]*%$" | 
 run gpu_epoch 180 "$BIN" --device cuda --data "$DATA" --epochs 1 --progress off --log-dir "$TMP/g1" --checkpoint-dir "$TMP/g1"
 top1=$(top1_of "$OUT")
 if [[ $RC -eq 0 && -n "$top1" ]] && holds "$top1 >= $bar"; then
-  pass "gpu_one_epoch top-1 ${top1}% ($(grep -o 'at [0-9]* img/s' "$OUT"), $(grep -o 'device cuda:[^ ]* [^(]*' "$OUT" | head -1))"
+  pass "gpu_one_epoch top-1 ${top1}% ($(grep -o 'at [0-9]* img/s' "$OUT"), $(grep -oE 'cuda:[0-9]+ [^(]*' "$OUT" | head -1))"
 else
   fail "gpu_one_epoch rc=$RC top1=$top1 bar=$bar" "$(show)"
 fi

@@ -18,6 +18,7 @@
 #include "mnist_ddp/dist/compress.hpp"
 #include "mnist_ddp/dist/ddp.hpp"
 #include "mnist_ddp/dist/reducer.hpp"
+#include "mnist_ddp/dist/threaded_comm.hpp"
 #include "mnist_ddp/model/model.hpp"
 #include "mnist_ddp/model/rng.hpp"
 #include "mnist_ddp/ops/ops.hpp"
@@ -33,11 +34,14 @@ namespace {
 
 TEST(Ddp, ReplicasStayBitwiseIdentical) {
   const int r = world().rank();
-  const DataSplit data = synthetic(64, 16, 11);
+  const DataSplit data = synthetic(64 * world().size(), 16, 11);
   Config cfg;
   cfg.batch_size = 8;
   cfg.eval_batch_size = 8;
   cfg.lr = 0.05;
+  cfg.max_steps = 5;  // every rank trains on its own images (the sampler's disjoint shards)
+  cfg.checkpoint_dir = temp_log_dir() + "/replicas-ckpt";
+  if (r == 0) prepare_checkpoint_dir(cfg.checkpoint_dir);
   auto ops = make_cpu_ops();
   ConvNet model(*ops, 8);
   model.init(100 + static_cast<std::uint64_t>(r));  // deliberately different: broadcast must fix it
@@ -47,15 +51,7 @@ TEST(Ddp, ReplicasStayBitwiseIdentical) {
   ops->load_dataset(Ops::kTrain, data.train);
   ops->load_dataset(Ops::kTest, data.test);
   Trainer t(cfg, world(), world(), *ops, model, data, log);
-  std::vector<float> x(8 * kImagePixels);
-  std::vector<std::int32_t> y(8);
-  for (int step = 0; step < 5; ++step) {
-    // Every rank trains on different images.
-    std::vector<std::int64_t> idx(8);
-    for (int i = 0; i < 8; ++i) idx[i] = (r * 8 + i + step * 3) % data.train.count;
-    gather_batch(data.train, idx, data.mean, data.std, x.data(), y.data());
-    t.step(x.data(), y.data(), 8);
-  }
+  EXPECT_EQ(t.run().steps, 5);
   EXPECT_FALSE(std::equal(initial.begin(), initial.end(), model.params().begin()));
   std::vector<std::uint64_t> hashes(static_cast<std::size_t>(world().size()));
   const std::uint64_t mine = replica_hash(model);
@@ -105,8 +101,9 @@ TEST(Ddp, AveragedGradientEqualsUnionBatchGradientFrozenBn) {
   sp.lr = 0.1;
   sp.momentum = 0.9;
   Sgd s1(*ops, dist.params().size(), sp), s2(*ops, dist.params().size(), sp);
-  s1.step(dist.params(), dist.grads(), 0.1);
-  s2.step(single.params(), single.grads(), 0.1);
+  ops->set_step_scalars({0, 0.1, true});
+  s1.step(dist.params(), dist.grads());
+  s2.step(single.params(), single.grads());
   for (std::size_t i = 0; i < single.params().size(); ++i)
     ASSERT_NEAR(dist.params()[i], single.params()[i], 1e-6) << i;
   if (r == 0) std::printf("max |avg grad - union grad| = %.3g over %d ranks\n", worst, n);
@@ -135,12 +132,13 @@ ReducerComparison compare_reducer_with_one_allreduce(std::uint64_t seed, Compres
   for (ConvNet* m : {&a, &b})
     ops->softmax_cross_entropy(4, 10, m->forward(x.data(), 4, Mode::Train), y.data(), dl.data(),
                                0.25);
-  // The communication thread gets its own communicator (a duplicate of the world).
+  // The communication thread gets its own communicator (a duplicate of the world), wrapped.
   std::unique_ptr<Comm> thread_comm =
-      engine == OverlapEngine::Thread ? make_mpi_group_comm(0) : nullptr;
-  Reducer red(world(), a, 25 * 1024, true, hook, {}, engine, thread_comm.get());
+      engine == OverlapEngine::Thread ? make_threaded_comm(make_mpi_group_comm(0)) : nullptr;
+  Reducer red(thread_comm ? *thread_comm : world(), a, 25 * 1024, true, hook);
   a.backward(dl.data(), [&](int layer) { red.layer_ready(layer); });
   red.finish();
+  red.count_step();
   b.backward(dl.data(), nullptr);
   world().allreduce_avg(b.grads());
   ReducerComparison out;
@@ -169,22 +167,25 @@ TEST(Ddp, OverlappedBucketsLaunchInReverseOrderAndEqualOneAllreduce) {
   }
 }
 
-// A CUDA graph replay runs no host code: note_replayed_step counts the bytes the captured step's
-// all-reduces moved, so the per-epoch comm line is right with graphs (checked here on the CPU).
-TEST(Ddp, ReplayedStepsCountTheCapturedStepsBytes) {
+// A CUDA graph replay runs no host code: the trainer counts every step with count_step, which
+// adds the bytes of the step last run on the host, so the per-epoch comm line is right with
+// graphs (checked here on the CPU: one step run, three counted).
+TEST(Ddp, EveryCountedStepAddsTheLastRunStepsBytes) {
   auto ops = make_cpu_ops();
   ConvNet a(*ops, 2);
   a.init(3);
   Reducer red(world(), a, 25 * 1024, true);
   for (int layer = ConvNet::kLayers - 1; layer >= 0; --layer) red.layer_ready(layer);
   red.finish();
-  red.note_replayed_step();
-  red.note_replayed_step();
+  EXPECT_EQ(red.take_stats().payload_bytes, 0u) << "finish() alone counts nothing";
+  red.count_step();
+  red.count_step();
+  red.count_step();
   const ReducerStats s = red.take_stats();
   EXPECT_EQ(s.steps, 3);
   EXPECT_EQ(s.payload_bytes, 3 * a.grads().size_bytes());
-  // After take_stats, a replay counts the last step again (not the epoch's total).
-  red.note_replayed_step();
+  // After take_stats, a counted step adds the last step again (not the epoch's total).
+  red.count_step();
   EXPECT_EQ(red.take_stats().payload_bytes, a.grads().size_bytes());
 }
 
@@ -204,13 +205,48 @@ TEST(Ddp, CommunicationThreadEqualsOneAllreduce) {
   EXPECT_LT(h.max_diff, 4 * world().size() * std::ldexp(1.0, -7));
 }
 
+TEST(Ddp, AReducerUnwoundMidStepLeavesTheCommunicationThreadUsable) {
+  ASSERT_TRUE(mpi_thread_multiple()) << "Open MPI grants MPI_THREAD_MULTIPLE";
+  // A group of one per rank: the thread's sums are this rank's alone, so one rank may leave a
+  // step half-done without its peers.
+  const std::unique_ptr<Comm> comm = make_threaded_comm(make_mpi_group_comm(world().rank()));
+  ASSERT_EQ(comm->size(), 1);
+  auto ops = make_cpu_ops();
+  ConvNet model(*ops, 2);
+  model.init(5);
+  const std::vector<float> x(2 * 784, 0.5f);
+  const std::vector<std::int32_t> y = {3, 7};
+  std::vector<float> dl(20);
+  auto backward_once = [&](Reducer* red) {
+    ops->softmax_cross_entropy(2, 10, model.forward(x.data(), 2, Mode::Train), y.data(), dl.data(),
+                               0.5);
+    model.backward(dl.data(), [&](int layer) {
+      if (red != nullptr) red->layer_ready(layer);
+    });
+  };
+  backward_once(nullptr);
+  const std::vector<float> expect(model.grads().begin(), model.grads().end());
+  {
+    // Every bucket started during backward, none finished: the Reducer goes as on an exception.
+    Reducer unwound(*comm, model, 25 * 1024, true);
+    backward_once(&unwound);
+    EXPECT_EQ(unwound.launch_order(), (std::vector<int>{0, 1, 2}));
+  }
+  // The next step on the same thread: requests from 0 again, each waited, the average of one.
+  Reducer next(*comm, model, 25 * 1024, true);
+  backward_once(&next);
+  next.finish();
+  ASSERT_EQ(model.grads().size(), expect.size());
+  for (std::size_t i = 0; i < expect.size(); ++i) ASSERT_EQ(model.grads()[i], expect[i]) << i;
+}
+
 TEST(Ddp, Fp16AndBf16HooksApproximateTheAverage) {
   const int r = world().rank(), n = world().size();
   // A 16-bit sum of small integers is exact.
   std::vector<std::uint16_t> f16 = {to_fp16(static_cast<float>(r + 1))};
   std::vector<std::uint16_t> b16 = {to_bf16(static_cast<float>(r + 1))};
-  world().wait(world().start_allreduce_sum16(f16, false));
-  world().wait(world().start_allreduce_sum16(b16, true));
+  world().wait(world().start_allreduce_sum(std::span<std::uint16_t>(f16), DType::F16));
+  world().wait(world().start_allreduce_sum(std::span<std::uint16_t>(b16), DType::BF16));
   EXPECT_EQ(from_fp16(f16[0]), static_cast<float>(n * (n + 1) / 2));
   EXPECT_EQ(from_bf16(b16[0]), static_cast<float>(n * (n + 1) / 2));
   // Through the Reducer: the average within 16-bit rounding of the fp32 average, half the bytes.

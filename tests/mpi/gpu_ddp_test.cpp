@@ -103,7 +103,7 @@ TEST(GpuDdp, AmpSkipIsAgreedAcrossRanks) {
     float found = -1;
     ops->download(scaler->found_inf(), &found, sizeof found);
     EXPECT_EQ(found, overflow ? 1.f : 0.f) << "rank " << rank;
-    ops->sgd_step_at_step(kN, params.data(), grads.data(), momentum.data(), s);
+    ops->sgd_step(kN, params.data(), grads.data(), momentum.data(), s);
     scaler->update();
     ops->download(params.data(), after.data(), kN * sizeof(float));
     if (overflow) {

@@ -42,7 +42,7 @@ submit() {
 }
 top1() { grep -o "^done: .* test top-1 [0-9.]*%" "$OUT" | grep -o "[0-9.]*%$" | tr -d %; }
 on_nodes() {  # ranks per host from rank 0's placement table: "node1:4 node2:4"
-  grep -E "^# +[0-9]+ +[0-9]+ +[a-z0-9]+ +[0-9]+ " "$OUT" | awk '{print $4}' | sort | uniq -c |
+  grep -E "^# +[0-9]+ +[0-9]+ +[^ ]+ +[0-9]+ " "$OUT" | awk '{print $4}' | sort | uniq -c |
     awk '{printf "%s%s:%s", sep, $2, $1; sep=" "}'
 }
 

@@ -14,6 +14,7 @@
 #include "mnist_ddp/dist/compress.hpp"
 #include "mnist_ddp/dist/reducer.hpp"
 #include "mnist_ddp/model/amp.hpp"
+#include "mnist_ddp/model/dtype.hpp"
 #include "mnist_ddp/model/optimizer.hpp"
 #include "mnist_ddp/ops/ops.hpp"
 #include "mnist_ddp/runtime/check.hpp"
@@ -183,6 +184,7 @@ TEST(Cli, EveryEnumHasOneNameTable) {
   expect_bijective(kCompressionNames, 6);
   expect_bijective(kOverlapEngineNames, 2);
   expect_bijective(kOnOffNames, 2);
+  expect_bijective(kDTypeNames, 8);
   // The configuration logged and stored in checkpoints spells them from the same tables.
   Config c;
   c.compression = Compression::BatchedPowerSgdFp16;

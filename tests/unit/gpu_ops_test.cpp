@@ -239,8 +239,9 @@ TEST_F(GpuOps, LinearLossSgdAndGatherMatchCpu) {
   auto p = w, buf = std::vector<float>(w.size());
   float* gbuf = dev_zeros(w.size());
   for (bool first : {true, false}) {
-    cpu_->sgd_step(p.size(), p.data(), dw.data(), buf.data(), s, first);
-    gpu_->sgd_step(p.size(), gw, gdw, gbuf, s, first);
+    cpu::sgd_step(p.size(), p.data(), dw.data(), buf.data(), s, first);
+    gpu_->set_step_scalars({0, s.lr, first});
+    gpu_->sgd_step(p.size(), gw, gdw, gbuf, s);
   }
   expect_close("sgd parameters", host(gw, p.size()), p, 1e-5, 1e-5);
   // Gather/normalise from the device-resident dataset.
@@ -287,10 +288,14 @@ TEST_F(GpuOps, TrainingStepsMatchCpuAndCheckpointMovesAcross) {
     cpu_->softmax_cross_entropy(n, 10, a.forward(x.data(), n, Mode::Train), y.data(), dl.data(),
                                 1.0 / n);
     a.backward(dl.data(), nullptr);
-    sa.step(a.params(), a.grads(), 0.05);
+    cpu_->set_step_scalars({0, 0.05, step == 0});
+    sa.step(a.params(), a.grads());
+    a.count_train_batch();
     gpu_->softmax_cross_entropy(n, 10, b.forward(gx, n, Mode::Train), gy, gdl, 1.0 / n);
     b.backward(gdl, nullptr);
-    sb.step(b.params(), b.grads(), 0.05);
+    gpu_->set_step_scalars({0, 0.05, step == 0});
+    sb.step(b.params(), b.grads());
+    b.count_train_batch();
   }
   const std::vector<float> pa(a.params().begin(), a.params().end());
   expect_close("params after 3 steps", host(b.params().data(), pa.size()), pa, 1e-4, 1e-3);
@@ -452,13 +457,13 @@ TEST_F(GpuOps, AmpScalesTheLossGradientAndSkipsTheStepOnInf) {
   gpu_->set_step_scalars({0, 0.1, false});
   const float one = 1.f, zero = 0.f;
   gpu_->upload(&one, scaler->found_inf(), sizeof one);
-  gpu_->sgd_step_at_step(np, gp, gg, gb, s);
+  gpu_->sgd_step(np, gp, gg, gb, s);
   EXPECT_EQ(host(gp, np), p) << "a skipped step moved the parameters";
   EXPECT_EQ(host(gb, np), buf) << "a skipped step moved the momentum";
   gpu_->upload(&zero, scaler->found_inf(), sizeof zero);
-  gpu_->sgd_step_at_step(np, gp, gg, gb, s);
+  gpu_->sgd_step(np, gp, gg, gb, s);
   auto p_want = p, b_want = buf;
-  cpu_->sgd_step(np, p_want.data(), g.data(), b_want.data(), s, false);
+  cpu::sgd_step(np, p_want.data(), g.data(), b_want.data(), s, false);
   expect_close("sgd after a clean step", host(gp, np), p_want, 1e-6, 1e-6);
   gpu_->set_amp(AmpMode::Off, nullptr, nullptr);
   gpu_->free_bytes(reinterpret_cast<std::uint8_t*>(glab));
@@ -484,20 +489,20 @@ TEST_F(GpuOps, AmpFirstUpdateIsTheFirstStepThatUpdates) {
   // Step 0: the host's first step, skipped (inf somewhere).
   gpu_->set_step_scalars({0, 0.1, true});
   gpu_->upload(&one, scaler->found_inf(), sizeof one);
-  gpu_->sgd_step_at_step(np, gp, gg, gb, s);
+  gpu_->sgd_step(np, gp, gg, gb, s);
   EXPECT_EQ(host(gp, np), p) << "a skipped step moved the parameters";
   // Step 1: not the host's first, but the first update.
   gpu_->set_step_scalars({0, 0.1, false});
   gpu_->upload(&zero, scaler->found_inf(), sizeof zero);
-  gpu_->sgd_step_at_step(np, gp, gg, gb, s);
+  gpu_->sgd_step(np, gp, gg, gb, s);
   auto p_want = p, b_want = buf;
-  cpu_->sgd_step(np, p_want.data(), g1.data(), b_want.data(), s, /*first_step=*/true);
+  cpu::sgd_step(np, p_want.data(), g1.data(), b_want.data(), s, /*first_step=*/true);
   expect_close("momentum after the first update", host(gb, np), b_want, 0, 0);
   expect_close("params after the first update", host(gp, np), p_want, 1e-6, 1e-6);
   // Step 2: an ordinary momentum step.
   gpu_->upload(g2.data(), gg, np * sizeof(float));
-  gpu_->sgd_step_at_step(np, gp, gg, gb, s);
-  cpu_->sgd_step(np, p_want.data(), g2.data(), b_want.data(), s, /*first_step=*/false);
+  gpu_->sgd_step(np, gp, gg, gb, s);
+  cpu::sgd_step(np, p_want.data(), g2.data(), b_want.data(), s, /*first_step=*/false);
   expect_close("momentum after the second update", host(gb, np), b_want, 1e-7, 1e-6);
   expect_close("params after the second update", host(gp, np), p_want, 1e-6, 1e-6);
   gpu_->set_amp(AmpMode::Off, nullptr, nullptr);

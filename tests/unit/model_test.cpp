@@ -159,6 +159,9 @@ TEST(ConvNet, TrainForwardUpdatesRunningStatsEvalDoesNot) {
   EXPECT_EQ(m.num_batches_tracked()[0], 0);
   m.forward(x.data(), 2, Mode::Train);
   EXPECT_FALSE(std::equal(before.begin(), before.end(), m.buffers().begin()));
+  // The caller counts training batches (once per step, however the step ran), not forward.
+  EXPECT_EQ(m.num_batches_tracked()[0], 0);
+  m.count_train_batch();
   EXPECT_EQ(m.num_batches_tracked()[0], 1);
   EXPECT_EQ(m.num_batches_tracked()[1], 1);
 }

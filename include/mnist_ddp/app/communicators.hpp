@@ -21,6 +21,8 @@ class Communicators {
  public:
   // The control communicator: the MPI world.
   Communicators();
+  // The watchdog goes first: it aborts through a communicator that dies after it otherwise.
+  ~Communicators();
   Communicators(const Communicators&) = delete;
   Communicators& operator=(const Communicators&) = delete;
 

@@ -8,12 +8,13 @@
 #include <span>
 #include <vector>
 
+#include "mnist_ddp/model/dtype.hpp"
+
 namespace mnist_ddp {
 
 class CollectiveWatchdog;
 
 enum class ReduceOp { Sum, Max, Min };
-enum class DType { F32, F64, I32, I64, U64, U8 };
 
 class Comm {
  public:
@@ -39,27 +40,25 @@ class Comm {
   void allgather(std::span<const float> send, std::span<float> recv);
   void allgather(std::span<const double> send, std::span<double> recv);
 
-  // Non-blocking sum all-reduce of 16-bit encoded floats (fp16 or bf16: `bf16` selects), summed
-  // in that format by a user-defined reduction (MPI has no 16-bit float type). Same request
-  // handling as start_allreduce_sum. The base class has no 16-bit path (UserError).
-  virtual int start_allreduce_sum16(std::span<std::uint16_t> data, bool bf16);
-
   // Non-blocking sum all-reduce (in place): start, then test (progress; true when done) or wait.
-  // The base class completes it at once (blocking); MpiComm uses MPI_Iallreduce so the reduction
-  // can progress while backward computes.
-  virtual int start_allreduce_sum(std::span<float> data);
+  // Communicators progress it their own way: MpiComm with MPI_Iallreduce advanced by test()
+  // calls from backward, NcclComm on its stream, the communication-thread wrapper on its thread;
+  // the base class completes it at once (blocking).
+  int start_allreduce_sum(std::span<float> data);
+  // The same on 16-bit floats (type F16 or BF16), summed in that format (NCCL's fp16/bf16 sum;
+  // over MPI, which has no 16-bit float type, a user-defined reduction): the fp16/bf16 hooks.
+  int start_allreduce_sum(std::span<std::uint16_t> data, DType type);
   virtual bool test(int request);
   virtual void wait(int request);
   // Completes a start_allreduce_sum of `data` and divides it by the world size (sum, then
   // divide), in the communicator's memory. The base class waits, then divides on the host;
   // NcclComm joins the compute stream to the all-reduce by an event and divides on the device.
   virtual void finish_allreduce_avg(int request, std::span<float> data);
-  // PyTorch's fp16/bf16 compress hook where the gradients live on the communicator's device
-  // (NcclComm): start casts `grads` to 16 bits (`bf16` selects) into the communicator's own
-  // buffer, divides by the world size in 16 bits and starts a 16-bit sum; finish completes it
-  // and writes the decoded sum back into `grads`. The base class has none (UserError).
-  virtual int start_allreduce_avg16(std::span<float> grads, bool bf16);
-  virtual void finish_allreduce_avg16(int request, std::span<float> grads, bool bf16);
+  // Unwinding (an exception between a sum's start and its wait): the buffers of the sums started
+  // this step are about to be freed. A communicator that works on them from elsewhere stops doing
+  // so before returning (the communication thread drops what it has not begun and finishes the
+  // sum it is in). Default: nothing (a pending MPI request is ended by the abort that follows).
+  virtual void abandon_step() {}
 
   // Orders this communicator's device work with a compute stream (a cudaStream_t, Ops::stream()):
   // each collective waits for the work queued there and that stream waits for the collective, by
@@ -103,8 +102,7 @@ class Comm {
  protected:
   // Around a collective (the typed front does it; subclasses for their non-blocking starts):
   // the fingerprint check, then registration; watch_end when it has completed.
-  std::uint64_t watch_begin(const char* op, std::size_t count, DType type,
-                            const char* type_name = nullptr);
+  std::uint64_t watch_begin(const char* op, std::size_t count, DType type);
   void watch_end(std::uint64_t seq);
   // The fingerprint exchange: 5 x uint64 per rank, host memory, recv in rank order. Default:
   // allgather_raw (communicators on host memory).
@@ -112,6 +110,9 @@ class Comm {
   virtual void allreduce_raw(void* data, std::size_t count, DType type, ReduceOp op) = 0;
   virtual void broadcast_raw(void* data, std::size_t count, DType type, int root) = 0;
   virtual void allgather_raw(const void* send, void* recv, std::size_t count, DType type) = 0;
+  // The non-blocking sum behind start_allreduce_sum (bytes already counted); returns the request
+  // (negative: already complete). Default: the blocking allreduce_raw, watched.
+  virtual int start_allreduce_raw(void* data, std::size_t count, DType type);
   void count_bytes(std::size_t bytes) { payload_bytes_ += bytes; }
   // rewind()'s part for a subclass's own per-step state (NcclComm: its request counters).
   virtual void rewind_step() {}

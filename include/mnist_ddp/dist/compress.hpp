@@ -1,11 +1,12 @@
-// compress.hpp — gradient compression hooks (PyTorch's DDP communication hooks): 16-bit
-// encodings of float32 (IEEE fp16, bfloat16; round to nearest even) and the hook selection.
+// compress.hpp — gradient compression hooks (PyTorch's DDP communication hooks): the names of
+// --compression and 16-bit encodings of host buffers (model/half.hpp has the conversions).
 // fp16/bf16: divide by the world size first (as PyTorch), encode, all-reduce the 16-bit values
 // with a 16-bit sum, decode.
 #pragma once
 
 #include <cstdint>
 #include <span>
+#include "mnist_ddp/model/half.hpp"
 #include "mnist_ddp/runtime/enum_names.hpp"
 
 namespace mnist_ddp {
@@ -20,11 +21,6 @@ inline constexpr std::array<NameOf<Compression>, 6> kCompressionNames{
      {Compression::PowerSgdFp16, "powersgd_fp16"},
      {Compression::BatchedPowerSgdFp16, "batched_powersgd_fp16"}}};
 bool is_powersgd(Compression c);
-
-std::uint16_t to_fp16(float x);
-float from_fp16(std::uint16_t h);
-std::uint16_t to_bf16(float x);
-float from_bf16(std::uint16_t h);
 
 // Encode/decode a whole buffer (out.size() == in.size()).
 void encode16(std::span<const float> in, std::span<std::uint16_t> out, Compression c);

@@ -1,31 +1,23 @@
 // reducer.hpp — DDP's gradient reducer: buckets are views of the flat gradient arena in reverse
-// layer order (fc, layer2, layer1), filled up to --bucket-cap-kb; a bucket's all-reduce starts the
+// layer order (fc, layer2, layer1), filled up to --bucket-cap-kb; a bucket's reduction starts the
 // moment backward has produced all of its gradients and is progressed while backward goes on; the
-// step then waits only for what is still in flight. --no-overlap keeps one all-reduce of the whole
-// arena after backward. Either way: sum over ranks, then divide by the world size.
+// step then waits only for what is still in flight. --no-overlap reduces after backward. How a
+// bucket is reduced is its hook's business (hooks.hpp); how it progresses, its communicator's
+// (MPI_Test from backward, NCCL's stream, or the communication thread: threaded_comm.hpp).
 #pragma once
 
-#include <condition_variable>
 #include <cstdint>
-#include <deque>
 #include <memory>
-#include <mutex>
-#include <thread>
 #include <vector>
 
 #include "mnist_ddp/dist/comm.hpp"
 #include "mnist_ddp/dist/compress.hpp"
+#include "mnist_ddp/dist/hooks.hpp"
 #include "mnist_ddp/dist/powersgd.hpp"
 #include "mnist_ddp/model/model.hpp"
 #include "mnist_ddp/runtime/enum_names.hpp"
 
 namespace mnist_ddp {
-
-struct Bucket {
-  std::size_t offset = 0;  // into the gradient arena (elements)
-  std::size_t count = 0;
-  std::vector<int> layers;  // model layers whose gradients it holds (reverse order)
-};
 
 // Reverse-layer-order buckets of at most cap_bytes (a single layer larger than the cap gets a
 // bucket of its own). Pure, so the layout is unit-tested.
@@ -42,46 +34,40 @@ struct ReducerStats {
 // How a bucket's all-reduce progresses while backward runs (CPU): Test: a non-blocking
 // MPI_Iallreduce that MPI advances inside the MPI_Test calls made from backward's layer-ready
 // callbacks; Thread: a communication thread runs a blocking all-reduce per bucket on its own
-// communicator (needs MPI_THREAD_MULTIPLE).
+// communicator (threaded_comm.hpp; needs MPI_THREAD_MULTIPLE).
 enum class OverlapEngine { Test, Thread };
 inline constexpr std::array<NameOf<OverlapEngine>, 2> kOverlapEngineNames{
     {{OverlapEngine::Test, "test"}, {OverlapEngine::Thread, "thread"}}};
 
 class Reducer {
  public:
-  // compression fp16/bf16: each bucket is cast to 16 bits, divided by the world size, summed in
-  // 16 bits and decoded (PyTorch's fp16/bf16 compress hooks); none: sum, then divide; PowerSGD:
-  // after backward, bucket by bucket (its two dependent all-reduces per bucket are not
-  // overlapped), with `powersgd` (rank, start iteration, ...; batched/fp16 follow compression).
-  // thread_comm: the communication thread's communicator (OverlapEngine::Thread), the same ranks
-  // as comm; it is used only by that thread. device_memory: the gradients live on a GPU and comm
-  // works there (NcclComm): the fp16/bf16 hooks are encoded, summed and decoded by the
-  // communicator on the device (Comm::start_allreduce_avg16); PowerSGD and the thread engine are
-  // host-only.
+  // comm: where the buckets are reduced (the data communicator, or the communication thread's
+  // wrapper); compression picks the hook (hooks.hpp) and powersgd its settings (PowerSGD keeps
+  // comm's group). The hooks' buffers live in the model's Ops memory.
   Reducer(Comm& comm, ConvNet& model, std::size_t cap_bytes, bool overlap,
-          Compression compression = Compression::None, PowerSgdConfig powersgd = {},
-          OverlapEngine engine = OverlapEngine::Test, Comm* thread_comm = nullptr,
-          bool device_memory = false);
+          Compression compression = Compression::None, PowerSgdConfig powersgd = {});
+  // Unwinding mid-step: no communicator keeps working on the buckets' buffers after this.
   ~Reducer();
   Reducer(const Reducer&) = delete;
   Reducer& operator=(const Reducer&) = delete;
   // Backward's "layer ready" callback: launches every bucket whose layers are all ready and
   // progresses those in flight.
   void layer_ready(int layer);
-  // After backward: waits for what is in flight (or, without overlap, reduces everything now),
-  // then divides by the world size. Gradients are identical on every rank afterwards.
+  // After backward: waits for what is in flight (or, without overlap, reduces everything now);
+  // gradients are the average over the ranks, identical on every rank afterwards.
   void finish();
-  // A CUDA graph replayed a captured step: count the bytes that step's all-reduces moved.
-  void note_replayed_step();
-  // The bookkeeping before a step (statistics and byte marks). rewind(mark) forgets a step that
-  // never ran (a CUDA graph capture that failed part-way): statistics back to the mark, no bucket
-  // started or ready, so the eager rerun starts clean. Device-memory/blocking paths only (a
-  // started host MPI request cannot be taken back).
+  // The host-side accounting of one step (its bytes into the statistics), once per step however
+  // the step ran: a CUDA graph replay runs none of the code above, so the trainer calls this
+  // after every step and the figures are those of the step last run on the host.
+  void count_step();
+  // The bookkeeping before a step. rewind(mark) forgets a step that never ran (a CUDA graph
+  // capture that failed part-way): timings back to the mark, no bucket started or ready, so the
+  // eager rerun starts clean. Device-memory/blocking paths only (a started host MPI request
+  // cannot be taken back).
   struct Mark {
     ReducerStats stats;
-    std::uint64_t payload_mark = 0, wire_mark = 0, last_payload = 0, last_wire = 0;
   };
-  Mark mark() const;
+  Mark mark() const { return Mark{stats_}; }
   void rewind(const Mark& m);
   const std::vector<Bucket>& buckets() const { return buckets_; }
   // The group the gradients are averaged over from the next step on (post-local SGD switches to
@@ -91,38 +77,25 @@ class Reducer {
   const std::vector<int>& launch_order() const { return launch_order_; }
   ReducerStats take_stats();
   // The PowerSGD state (error feedback, Qs, step counter), or nullptr for the other hooks.
-  PowerSgd* powersgd() { return powersgd_.get(); }
+  PowerSgd* powersgd() { return hook_->powersgd(); }
 
  private:
   void launch(std::size_t b);
-  void finish_step();                         // finish() without the per-step byte bookkeeping
-  void worker();                              // the communication thread's loop
-  void reduce_on_thread_comm(std::size_t b);  // one bucket's blocking all-reduce
+  std::span<float> grads_of(std::size_t b);
+  void reset_buckets();
   Comm* comm_;
+  Comm* hook_comm_;  // the group the hook was built over (PowerSGD keeps it)
   ConvNet& model_;
   bool overlap_;
-  Compression compression_;
   std::vector<Bucket> buckets_;
-  std::vector<std::vector<std::uint16_t>> encoded_;  // per bucket, alive until its reduce ends
-  std::vector<int> ready_;                           // per bucket: layers still missing this step
-  std::vector<int> request_;                         // per bucket: comm request, -2 = not started
-  std::vector<double> started_;
-  std::vector<bool> done_;
+  std::unique_ptr<GradientHook> hook_;
+  std::vector<int> ready_;    // per bucket: layers still missing this step
+  std::vector<int> request_;  // per bucket: the hook's request
+  std::vector<bool> started_, done_;
+  std::vector<double> started_at_;
   std::vector<int> launch_order_;
-  // Bytes of the last step (for note_replayed_step) and the totals when it began.
-  std::uint64_t payload_mark_ = 0, wire_mark_ = 0, last_payload_ = 0, last_wire_ = 0;
+  std::uint64_t last_payload_ = 0, last_wire_ = 0;  // the step last run on the host
   ReducerStats stats_;
-  std::unique_ptr<PowerSgd> powersgd_;
-  // OverlapEngine::Thread: buckets queued by launch(), reduced by worker_, finished_ set by it.
-  OverlapEngine engine_;
-  Comm* thread_comm_;
-  bool device_memory_ = false;  // gradients and comm on a GPU (hooks encoded there)
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::size_t> queue_;
-  std::vector<double> finished_at_;  // per bucket; < 0: not finished this step
-  bool stop_ = false;
-  std::thread worker_;  // last: started once everything above exists
 };
 
 }  // namespace mnist_ddp

@@ -50,8 +50,9 @@ class ConvNet {
   // dlogits[N][10] for the last forward. Gradients are written (not accumulated) into grads().
   // on_ready(layer) fires when layer's gradients are final: 2 (fc), then 1, then 0.
   void backward(const float* dlogits, const std::function<void(int layer)>& on_ready);
-  // A CUDA-graph replay ran a Train forward without calling forward(): count it.
-  void note_replayed_train_forward();
+  // num_batches_tracked advances once per training batch, counted by the caller (the trainer,
+  // once per step however the step ran: a CUDA graph replay runs no host code), not by forward.
+  void count_train_batch();
 
   // Views of backend memory (device memory on a GPU backend: copy with Ops::download to read).
   std::span<float> params() { return {params_.data(), params_.numel()}; }

@@ -34,14 +34,11 @@ double learning_rate(const LrConfig& c, std::int64_t step, std::int64_t epoch);
 class Sgd {
  public:
   Sgd(Ops& ops, std::size_t numel, const SgdParams& params);
-  // One update of params with grads at learning rate lr.
-  void step(std::span<float> params, std::span<const float> grads, double lr);
-  // The same update at the lr / first-step flag the backend holds (Ops::set_step_scalars), so it
-  // can be captured in a CUDA graph; note_replayed_step counts an update a graph replay made.
-  void step_at_step(std::span<float> params, std::span<const float> grads);
-  void note_replayed_step() { ++steps_; }
-  // Back to an earlier step count (a CUDA graph capture that failed: its update never ran).
-  void rewind_steps(std::int64_t steps) { steps_ = steps; }
+  // Enqueues one update of params with grads at the lr and first-step flag the backend holds
+  // (Ops::set_step_scalars), so it can be captured in a CUDA graph. Counts nothing: the trainer
+  // counts every step once, however it ran (count_step).
+  void step(std::span<float> params, std::span<const float> grads);
+  void count_step() { ++steps_; }
   std::int64_t steps_taken() const { return steps_; }
   std::span<float> momentum_buffer() { return {buf_.data(), buf_.numel()}; }
   std::span<const float> momentum_buffer() const { return {buf_.data(), buf_.numel()}; }

@@ -18,6 +18,7 @@
 
 #include "mnist_ddp/data/dataset.hpp"
 #include "mnist_ddp/model/amp.hpp"
+#include "mnist_ddp/model/dtype.hpp"
 #include "mnist_ddp/runtime/device.hpp"
 #include "mnist_ddp/runtime/enum_names.hpp"
 #include "ops/cpu/cpu_ops.hpp"
@@ -65,8 +66,12 @@ class Ops {
   // Activation layout <-> PyTorch's flattened fc input [N][C*HW] (and its gradient back).
   virtual void to_fc_rows(int c, int n, int hw, const float* x, float* y) = 0;
   virtual void from_fc_rows(int c, int n, int hw, const float* x, float* y) = 0;
-  virtual void sgd_step(std::size_t n, float* p, const float* g, float* momentum_buf,
-                        const SgdParams& s, bool first_step) = 0;
+  // The fp16/bf16 gradient hooks' casts (type F16 or BF16), in backend memory, on the ops'
+  // stream: encode h[i] = T(float(T(g[i])) / divisor) (PyTorch's compress hook: the cast, then
+  // the division in 16 bits, computed in fp32 and rounded to T); decode g[i] = float(h[i]).
+  virtual void encode_half(std::size_t n, const float* g, std::uint16_t* h, DType type,
+                           float divisor) = 0;
+  virtual void decode_half(std::size_t n, const std::uint16_t* h, float* g, DType type) = 0;
   // Byte buffers in backend memory (maxpool argmax, int32 labels); the backend owns them.
   virtual std::uint8_t* alloc_bytes(std::size_t n) = 0;
   virtual void free_bytes(std::uint8_t* p) = 0;
@@ -95,11 +100,13 @@ class Ops {
     bool first_step = false;  // the optimizer's first update (momentum buffer := gradient)
   };
   virtual void set_step_scalars(const StepScalars& s) = 0;
-  // gather() at the offset, and sgd_step() at the lr / first_step, of the last set_step_scalars.
+  // gather() at the offset of the last set_step_scalars.
   virtual void gather_at_step(int slot, int n, float mean, float std, float* x,
                               std::int32_t* y) = 0;
-  virtual void sgd_step_at_step(std::size_t n, float* p, const float* g, float* momentum_buf,
-                                const SgdParams& s) = 0;
+  // One SGD update (cpu_ops.hpp's rule, s.lr ignored) at the lr and first-step flag of the last
+  // set_step_scalars.
+  virtual void sgd_step(std::size_t n, float* p, const float* g, float* momentum_buf,
+                        const SgdParams& s) = 0;
   // softmax_cross_entropy whose summed loss is added to a total in backend memory instead of
   // returned (no device-to-host sync per step); take_loss_sum returns that total and clears it.
   virtual void accumulate_loss(int n, int classes, const float* logits, const std::int32_t* labels,
@@ -114,7 +121,7 @@ class Ops {
   // convolutions and fc GEMMs read 16-bit copies of their inputs and weights and accumulate in
   // fp32 (conv outputs are rounded to 16 bits, as autocast's are); BN, loss, SGD stay fp32 on
   // fp32 master weights. loss_scale (device float, or nullptr): the loss gradient of
-  // accumulate_loss is multiplied by it. skip_step (device float, or nullptr): sgd_step_at_step
+  // accumulate_loss is multiplied by it. skip_step (device float, or nullptr): sgd_step
   // leaves parameters and momentum untouched where it is != 0. Both must outlive the setting.
   virtual void set_amp(AmpMode mode, const float* loss_scale, const float* skip_step) = 0;
 };

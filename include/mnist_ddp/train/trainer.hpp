@@ -19,15 +19,10 @@
 #include "mnist_ddp/model/tensor.hpp"
 #include "mnist_ddp/ops/step_graph.hpp"
 #include "mnist_ddp/runtime/log.hpp"
+#include "mnist_ddp/train/report.hpp"
+#include "mnist_ddp/train/stopwatch.hpp"
 
 namespace mnist_ddp {
-
-struct EvalResult {
-  double loss = 0;  // mean over the test set
-  double top1 = 0;  // fraction
-  double top5 = 0;
-  std::int64_t count = 0;  // images evaluated (== test set size: each counted exactly once)
-};
 
 struct TrainResult {
   EvalResult final_eval;
@@ -57,8 +52,8 @@ class Trainer {
   // comm: host-memory control collectives (agreement, metrics, evaluation sums); data_comm:
   // collectives on the model's memory (the same MpiComm on CPU; NCCL or host-staged MPI on GPU).
   // The data splits must already be loaded into ops (Ops::load_dataset). local_comm: this rank's
-  // node-local group, for post-local SGD (--local-sgd-start; CPU backend). thread_comm: the
-  // communication thread's own communicator (--overlap-engine thread).
+  // node-local group, for post-local SGD (--local-sgd-start). thread_comm: the communication
+  // thread's communicator (threaded_comm.hpp; --overlap-engine thread).
   Trainer(const Config& cfg, Comm& comm, Comm& data_comm, Ops& ops, ConvNet& model,
           const DataSplit& data, Logger& log, Comm* local_comm = nullptr,
           Comm* thread_comm = nullptr);
@@ -72,26 +67,32 @@ class Trainer {
   // With another world size the position is re-derived from the global samples consumed.
   void resume_from(const TrainingState& s);
   TrainResult run();
-  // One data-parallel step on this rank's batch x[n][784], y[n] (backend memory), always eager;
-  // returns the local summed loss.
-  double step(const float* x, const std::int32_t* y, int n, Mode mode = Mode::Train);
   EvalResult evaluate();
   // The state a checkpoint holds now (rank 0's view; identical on every rank but BN buffers).
   TrainingState state() const;
 
  private:
-  // The step after Ops::set_step_scalars: BN-buffer broadcast, forward, loss (summed on the
-  // backend), backward with the gradient all-reduce, SGD. Enqueues only (capturable on a GPU).
-  void step_body(const float* x, const std::int32_t* y, int n, Mode mode);
-  // One training step of run(): the batch at offset_ through step_body, eager or as a graph.
+  // One training step of n samples at offset_: eager, or captured / replayed as a CUDA graph,
+  // then end_step. The only place a step runs.
   void train_step(int n);
-  // Reporting inside run(): the live progress line; a --eval-every evaluation; the epoch's
-  // communication; the end of an epoch (its evaluation, returned).
-  void show_progress(std::int64_t first_step, double elapsed, std::int64_t images);
-  void evaluate_and_report_step();
-  void report_comm_epoch();
-  EvalResult report_epoch(bool epoch_done, double train_seconds, std::int64_t images);
-  void log_window(std::int64_t epoch, double elapsed);
+  // The step itself, the one place it is assembled: gather the batch, BN-buffer broadcast,
+  // forward, loss (summed on the backend), backward with the gradient all-reduce, SGD. Enqueues
+  // only and counts nothing (capturable on a GPU).
+  void enqueue_step(int n);
+  // The host-side accounting of the step just run, however it ran (a graph replay runs no host
+  // code): the step counter, and the counts derived from it (BN num_batches_tracked, the
+  // optimizer's steps, the Reducer's bytes), the position and the window.
+  void end_step(int n);
+  // After each step in run(): replica check, progress, log window, the agreed stop signal,
+  // --checkpoint-every, --eval-every. Returns the stop signal (0: go on).
+  int after_step(std::int64_t first_step);
+  // The end of an epoch (or of a run stopped inside one): its communication and evaluation.
+  EvalResult end_epoch(bool epoch_done);
+  // The training clock stopped; sync (GPU): the losses summed so far are read first, so the
+  // asynchronous device work is inside the time it is measured by.
+  void stop_clock();
+  StepPosition position() const { return StepPosition{step_, epoch_, total_steps_}; }
+  void log_window();
   // What to do after a divergence: the last good checkpoint (rank 0 knows it), or start again.
   std::string good_checkpoint_advice() const;
   // StepGraphs' hooks: the host-side step state saved before a capture and put back when the
@@ -110,29 +111,32 @@ class Trainer {
   ConvNet& model_;
   const DataSplit& data_;
   Logger& log_;
+  Reporter report_;
   Sgd sgd_;
   std::unique_ptr<Reducer> reducer_;    // the gradient all-reduces (host or device memory)
+  Comm* bucket_comm_ = nullptr;         // where the Reducer reduces until post-local SGD
   std::unique_ptr<StepGraphs> graphs_;  // GPU with a capturable data communicator
   struct StepSnapshot {                 // capture_hooks(): host state before a capture
-    std::vector<std::int64_t> num_batches_tracked;
-    std::int64_t sgd_steps = 0;
     Reducer::Mark reducer;
     Comm::Mark data_comm;
   };
   StepSnapshot before_capture_;
   std::unique_ptr<GradScaler> scaler_;  // --amp fp16: the dynamic loss scale (on the GPU)
   std::int64_t skipped_steps_ = 0;      // --amp fp16: steps skipped on inf/NaN in this run
-  std::int64_t replays_ = 0;            // steps run as a graph replay
+  std::int64_t replays_ = 0;            // steps run as a graph replay (for the summary line)
   BnSync bn_sync_;                      // --sync-bn exchanges (set on ops_ while alive)
   LrConfig lr_;
   CheckpointLayout layout_;
   std::int64_t steps_per_epoch_ = 0;
   std::int64_t total_steps_ = 0;
-  std::int64_t step_ = 0;
+  std::int64_t step_ = 0;  // the step counter: optimizer steps taken (resumed ones included)
   std::int64_t epoch_ = 0;
   std::int64_t offset_ = 0;  // samples of epoch_ this rank has consumed
   std::int64_t last_checkpoint_step_ = -1;
   std::string last_checkpoint_;
+  Stopwatch clock_;          // training time of this run (no evaluation, no checkpoints)
+  std::int64_t images_ = 0;  // global training images of this run
+  std::chrono::steady_clock::time_point last_progress_{};  // the last progress line
   double window_loss_ = 0;
   std::int64_t window_images_ = 0;
   double last_lr_ = 0;

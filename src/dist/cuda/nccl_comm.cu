@@ -3,12 +3,9 @@
 // Unbound, every call completes before returning (stream synchronised), like MpiComm; bound to
 // the ops' stream (bind_stream), the collectives are joined to it by events instead, so the
 // training step with its NCCL calls can be captured in a CUDA graph.
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
 #include <mpi.h>
 
 #include <cstdlib>
-#include <type_traits>
 #include <vector>
 
 #include "dist/cuda/comm_kernels.hpp"
@@ -35,6 +32,10 @@ ncclDataType_t to_nccl(DType t) {
       return ncclUint64;
     case DType::U8:
       return ncclUint8;
+    case DType::F16:
+      return ncclFloat16;
+    case DType::BF16:
+      return ncclBfloat16;
   }
   return ncclFloat32;
 }
@@ -51,29 +52,6 @@ ncclRedOp_t to_nccl(ReduceOp op) {
   return ncclSum;
 }
 
-// PyTorch's fp16/bf16 compress hook, encode: h = T(float(T(g)) / world) (the cast, then the
-// division in 16 bits: computed in fp32, rounded to T).
-template <typename T>
-__global__ void encode16_kernel(std::size_t n, const float* g, T* h, float world) {
-  const std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
-  if (i >= n) return;
-  if constexpr (std::is_same_v<T, __half>) {
-    h[i] = __float2half_rn(__half2float(__float2half_rn(g[i])) / world);
-  } else {
-    h[i] = __float2bfloat16_rn(__bfloat162float(__float2bfloat16_rn(g[i])) / world);
-  }
-}
-template <typename T>
-__global__ void decode16_kernel(std::size_t n, const T* h, float* g) {
-  const std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
-  if (i >= n) return;
-  if constexpr (std::is_same_v<T, __half>) {
-    g[i] = __half2float(h[i]);
-  } else {
-    g[i] = __bfloat162float(h[i]);
-  }
-}
-
 class NcclComm final : public Comm {
  public:
   // mpi: the ranks of this communicator (the world, or a group it owns and frees).
@@ -84,7 +62,8 @@ class NcclComm final : public Comm {
     if (rank_ == 0) NCCL_CHECK(ncclGetUniqueId(&id));
     // Collective (MPI): the one piece of bootstrap state NCCL needs, no ports or files.
     MPI_CHECK(MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, mpi_));
-    // A blocking stream: ordered after the compute the ops issue on the legacy default stream.
+    // The collectives' own stream; ordered after the ops' stream by events once bound
+    // (bind_stream), by a device sync before each collective until then.
     CUDA_CHECK(cudaStreamCreate(&stream_));
     NCCL_CHECK(ncclCommInitRank(&comm_, size_, id, rank_));  // no communicator to abort yet
   }
@@ -92,8 +71,6 @@ class NcclComm final : public Comm {
     // Teardown order: the communicator before the stream (and both before MPI_Finalize in main).
     if (comm_ != nullptr) ncclCommDestroy(comm_);
     for (cudaEvent_t e : done_) cudaEventDestroy(e);
-    for (const auto& b : half_)
-      if (b.data != nullptr) cudaFree(b.data);
     if (forked_ != nullptr) cudaEventDestroy(forked_);
     if (joined_ != nullptr) cudaEventDestroy(joined_);
     if (stream_ != nullptr) cudaStreamDestroy(stream_);
@@ -126,24 +103,6 @@ class NcclComm final : public Comm {
     MPI_Abort(MPI_COMM_WORLD, code);
     std::abort();
   }
-  // The Reducer's bucket all-reduces: started on the NCCL stream as soon as backward produced the
-  // bucket (after the compute that wrote it), with an event recorded behind each, so backward of
-  // the earlier layers runs on the compute stream meanwhile. The compute stream joins a bucket
-  // only in finish_allreduce_avg, before the optimizer step. No host sync: capturable.
-  int start_allreduce_sum(std::span<float> d) override {
-    count_bytes(d.size_bytes());
-    const auto seq = watch_begin("allreduce", d.size(), DType::F32);
-    const int r = new_request();
-    begin();
-    if (!d.empty()) {
-      // Collective: this bucket's gradients summed over ranks, on the NCCL stream.
-      NCCL_COMM_CHECK(
-          ncclAllReduce(d.data(), d.data(), d.size(), ncclFloat32, ncclSum, comm_, stream_), comm_);
-    }
-    CUDA_CHECK(cudaEventRecord(done_[static_cast<std::size_t>(r)], stream_));
-    watch_end(seq);  // enqueued; the GPU completes it asynchronously
-    return r;
-  }
   // Bound: never polled from the host (an event query is not allowed while a step is being
   // captured, and NCCL progresses on the GPU by itself). Unbound: whether it has finished.
   bool test(int request) override {
@@ -168,48 +127,6 @@ class NcclComm final : public Comm {
     // Sum, then divide, on the stream the result is used from next.
     divide_on_device(d.data(), d.size(), static_cast<float>(size_),
                      compute_ != nullptr ? compute_ : stream_);
-    if (compute_ == nullptr) CUDA_CHECK(cudaStreamSynchronize(stream_));
-  }
-  int start_allreduce_avg16(std::span<float> g, bool bf16) override {
-    count_bytes(g.size() * 2);
-    const auto seq = watch_begin("allreduce", g.size(), DType::U8, bf16 ? "bf16" : "fp16");
-    const int r = new_request();
-    void* h = half_buffer(r, g.size());
-    begin();
-    if (!g.empty()) {
-      const unsigned blocks = static_cast<unsigned>((g.size() + 255) / 256);
-      const float world = static_cast<float>(size_);
-      if (bf16) {
-        encode16_kernel<<<blocks, 256, 0, stream_>>>(g.size(), g.data(),
-                                                     static_cast<__nv_bfloat16*>(h), world);
-      } else {
-        encode16_kernel<<<blocks, 256, 0, stream_>>>(g.size(), g.data(), static_cast<__half*>(h),
-                                                     world);
-      }
-      CUDA_CHECK(cudaGetLastError());
-      // Collective: the 16-bit encodings summed over ranks in 16 bits (NCCL's fp16/bf16 sum).
-      NCCL_COMM_CHECK(
-          ncclAllReduce(h, h, g.size(), bf16 ? ncclBfloat16 : ncclFloat16, ncclSum, comm_, stream_),
-          comm_);
-    }
-    CUDA_CHECK(cudaEventRecord(done_[static_cast<std::size_t>(r)], stream_));
-    watch_end(seq);
-    return r;
-  }
-  void finish_allreduce_avg16(int request, std::span<float> g, bool bf16) override {
-    const void* h = half_[static_cast<std::size_t>(request)].data;
-    wait(request);
-    if (g.empty()) return;
-    // Decode on the stream the gradients are used from next (already divided before the sum).
-    cudaStream_t s = compute_ != nullptr ? compute_ : stream_;
-    const unsigned blocks = static_cast<unsigned>((g.size() + 255) / 256);
-    if (bf16) {
-      decode16_kernel<<<blocks, 256, 0, s>>>(g.size(), static_cast<const __nv_bfloat16*>(h),
-                                             g.data());
-    } else {
-      decode16_kernel<<<blocks, 256, 0, s>>>(g.size(), static_cast<const __half*>(h), g.data());
-    }
-    CUDA_CHECK(cudaGetLastError());
     if (compute_ == nullptr) CUDA_CHECK(cudaStreamSynchronize(stream_));
   }
   void allreduce_avg(std::span<float> d) override {
@@ -245,6 +162,24 @@ class NcclComm final : public Comm {
     NCCL_COMM_CHECK(ncclAllGather(send, recv, count, to_nccl(type), comm_, stream_), comm_);
     complete();
   }
+  // The Reducer's bucket all-reduces (f32, or the fp16/bf16 hooks' encodings Ops made): started
+  // on the NCCL stream as soon as backward produced the bucket (after the compute that wrote
+  // it), with an event recorded behind each, so backward of the earlier layers runs on the
+  // compute stream meanwhile. The compute stream joins a bucket only in wait() /
+  // finish_allreduce_avg, before the optimizer step. No host sync: capturable.
+  int start_allreduce_raw(void* data, std::size_t count, DType type) override {
+    const auto seq = watch_begin("allreduce", count, type);
+    const int r = new_request();
+    begin();
+    if (count > 0) {
+      // Collective: this bucket summed over ranks in its own type, on the NCCL stream.
+      NCCL_COMM_CHECK(ncclAllReduce(data, data, count, to_nccl(type), ncclSum, comm_, stream_),
+                      comm_);
+    }
+    CUDA_CHECK(cudaEventRecord(done_[static_cast<std::size_t>(r)], stream_));
+    watch_end(seq);  // enqueued; the GPU completes it asynchronously
+    return r;
+  }
 
  protected:
   // A capture that failed part-way took requests that never ran: the eager rerun starts at 0.
@@ -266,24 +201,14 @@ class NcclComm final : public Comm {
     }
     return r;
   }
-  // Request r's 16-bit buffer of n elements: allocated on the first (eager) step and kept, so a
-  // captured step's kernels and NCCL call keep pointing at it.
-  void* half_buffer(int r, std::size_t n) {
-    if (half_.size() <= static_cast<std::size_t>(r)) half_.resize(static_cast<std::size_t>(r) + 1);
-    HalfBuffer& b = half_[static_cast<std::size_t>(r)];
-    if (b.count < n) {
-      MNIST_DDP_CHECK(b.data == nullptr,
-                      "a gradient bucket grew after its first step (16-bit buffers are fixed)");
-      CUDA_CHECK(cudaMalloc(&b.data, n * 2));
-      b.count = n;
-    }
-    return b.data;
-  }
-
   // Bound: the collective waits for the compute that produced its input (an event, no host
-  // sync; recorded into a graph while the compute stream is being captured).
+  // sync; recorded into a graph while the compute stream is being captured). Unbound (host
+  // callers): a device sync, since created streams are not ordered with each other.
   void begin() {
-    if (compute_ == nullptr) return;
+    if (compute_ == nullptr) {
+      CUDA_CHECK(cudaDeviceSynchronize());
+      return;
+    }
     CUDA_CHECK(cudaEventRecord(forked_, compute_));
     CUDA_CHECK(cudaStreamWaitEvent(stream_, forked_, 0));
   }
@@ -309,12 +234,7 @@ class NcclComm final : public Comm {
   cudaEvent_t forked_ = nullptr;    // compute -> NCCL
   cudaEvent_t joined_ = nullptr;    // NCCL -> compute
   std::vector<cudaEvent_t> done_;   // [request]: recorded behind each started all-reduce
-  struct HalfBuffer {
-    void* data = nullptr;
-    std::size_t count = 0;
-  };
-  std::vector<HalfBuffer> half_;  // [request]: the fp16/bf16 hook's encodings
-  int next_request_ = 0;          // requests of the current step
+  int next_request_ = 0;            // requests of the current step
   int waited_ = 0;
 };
 

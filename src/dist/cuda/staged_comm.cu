@@ -71,7 +71,7 @@ class HostStagedComm final : public Comm {
     stage_in(data, count * dtype_size(type));
     // Collective (MPI) on the host copy of the device buffer.
     MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, host_.data(), static_cast<int>(count), to_mpi_type(type),
-                            to_mpi_op(op), mpi_));
+                            ops_.op(op, type), mpi_));
     stage_out(data, count * dtype_size(type));
   }
   void broadcast_raw(void* data, std::size_t count, DType type, int root) override {
@@ -106,6 +106,7 @@ class HostStagedComm final : public Comm {
   int rank_ = 0;
   int size_ = 1;
   std::vector<unsigned char> host_;
+  MpiOps ops_;  // the reductions, 16-bit sums included
 };
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <string>
 
+#include "mnist_ddp/model/half.hpp"
 #include "mnist_ddp/runtime/check.hpp"
 #include "ops/cpu/cpu_ops.hpp"
 
@@ -31,9 +32,22 @@ int HostOps::topk_correct(int n, int classes, const float* logits, const std::in
                           int k) {
   return cpu::topk_correct(n, classes, logits, labels, k);
 }
-void HostOps::sgd_step(std::size_t n, float* p, const float* g, float* buf, const SgdParams& s,
-                       bool first_step) {
-  cpu::sgd_step(n, p, g, buf, s, first_step);
+void HostOps::encode_half(std::size_t n, const float* g, std::uint16_t* h, DType type,
+                          float divisor) {
+  MNIST_DDP_CHECK(is_half(type), "encode_half: F16 or BF16");
+  if (type == DType::F16) {
+    for (std::size_t i = 0; i < n; ++i) h[i] = to_fp16(from_fp16(to_fp16(g[i])) / divisor);
+  } else {
+    for (std::size_t i = 0; i < n; ++i) h[i] = to_bf16(from_bf16(to_bf16(g[i])) / divisor);
+  }
+}
+void HostOps::decode_half(std::size_t n, const std::uint16_t* h, float* g, DType type) {
+  MNIST_DDP_CHECK(is_half(type), "decode_half: F16 or BF16");
+  if (type == DType::F16) {
+    for (std::size_t i = 0; i < n; ++i) g[i] = from_fp16(h[i]);
+  } else {
+    for (std::size_t i = 0; i < n; ++i) g[i] = from_bf16(h[i]);
+  }
 }
 std::uint8_t* HostOps::alloc_bytes(std::size_t n) {
   return static_cast<std::uint8_t*>(std::malloc(n > 0 ? n : 1));
@@ -77,11 +91,10 @@ void HostOps::gather(int slot, std::int64_t offset, int n, float mean, float std
 void HostOps::gather_at_step(int slot, int n, float mean, float std, float* x, std::int32_t* y) {
   gather(slot, scalars_.offset, n, mean, std, x, y);
 }
-void HostOps::sgd_step_at_step(std::size_t n, float* p, const float* g, float* buf,
-                               const SgdParams& s) {
+void HostOps::sgd_step(std::size_t n, float* p, const float* g, float* buf, const SgdParams& s) {
   SgdParams at = s;
   at.lr = scalars_.lr;
-  sgd_step(n, p, g, buf, at, scalars_.first_step);
+  cpu::sgd_step(n, p, g, buf, at, scalars_.first_step);
 }
 void HostOps::accumulate_loss(int n, int classes, const float* logits, const std::int32_t* labels,
                               float* dlogits, double grad_scale) {

@@ -22,8 +22,9 @@ class HostOps : public Ops {
                                float* dlogits, double grad_scale) override;
   int topk_correct(int n, int classes, const float* logits, const std::int32_t* labels,
                    int k) override;
-  void sgd_step(std::size_t n, float* p, const float* g, float* momentum_buf, const SgdParams& s,
-                bool first_step) override;
+  void encode_half(std::size_t n, const float* g, std::uint16_t* h, DType type,
+                   float divisor) override;
+  void decode_half(std::size_t n, const std::uint16_t* h, float* g, DType type) override;
   std::uint8_t* alloc_bytes(std::size_t n) override;
   void free_bytes(std::uint8_t* p) override;
   void upload(const void* host, void* backend, std::size_t bytes) override;
@@ -34,8 +35,8 @@ class HostOps : public Ops {
               std::int32_t* y) override;
   void set_step_scalars(const StepScalars& s) override { scalars_ = s; }
   void gather_at_step(int slot, int n, float mean, float std, float* x, std::int32_t* y) override;
-  void sgd_step_at_step(std::size_t n, float* p, const float* g, float* momentum_buf,
-                        const SgdParams& s) override;
+  void sgd_step(std::size_t n, float* p, const float* g, float* momentum_buf,
+                const SgdParams& s) override;
   void accumulate_loss(int n, int classes, const float* logits, const std::int32_t* labels,
                        float* dlogits, double grad_scale) override;
   double take_loss_sum() override;

@@ -330,6 +330,14 @@ __global__ void from16_kernel(std::size_t n, const T* x, float* y) {
   const std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
   if (i < n) y[i] = from16(x[i]);
 }
+// PyTorch's fp16/bf16 compress hook, encode: h = T(float(T(g)) / divisor) (the cast, then the
+// division in 16 bits: computed in fp32, rounded to T).
+template <typename T>
+__global__ void encode_half_kernel(std::size_t n, const float* g, T* h, float divisor) {
+  const std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
+  if (i < n)
+    h[i] = to16(from16(to16(g[i], static_cast<T*>(nullptr))) / divisor, static_cast<T*>(nullptr));
+}
 
 // ---- cuDNN convolution plans ------------------------------------------------------------------
 
@@ -648,16 +656,32 @@ class CudaOps final : public Ops {
     CUDA_CHECK(
         cudaMemcpyAsync(y, x, sizeof(float) * c * n * hw, cudaMemcpyDeviceToDevice, stream_));
   }
-  void sgd_step(std::size_t n, float* p, const float* g, float* buf, const SgdParams& s,
-                bool first_step) override {
-    sgd_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(
-        n, p, g, buf, static_cast<float>(s.lr), static_cast<float>(s.momentum),
-        static_cast<float>(1.0 - s.dampening), static_cast<float>(s.weight_decay), s.nesterov,
-        first_step, nullptr, nullptr, nullptr);
+  void encode_half(std::size_t n, const float* g, std::uint16_t* h, DType type,
+                   float divisor) override {
+    MNIST_DDP_CHECK(is_half(type), "encode_half: F16 or BF16");
+    if (n == 0) return;
+    if (type == DType::BF16) {
+      encode_half_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(
+          n, g, reinterpret_cast<__nv_bfloat16*>(h), divisor);
+    } else {
+      encode_half_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(
+          n, g, reinterpret_cast<__half*>(h), divisor);
+    }
     CUDA_CHECK(cudaGetLastError());
   }
-  void sgd_step_at_step(std::size_t n, float* p, const float* g, float* buf,
-                        const SgdParams& s) override {
+  void decode_half(std::size_t n, const std::uint16_t* h, float* g, DType type) override {
+    MNIST_DDP_CHECK(is_half(type), "decode_half: F16 or BF16");
+    if (n == 0) return;
+    if (type == DType::BF16) {
+      from16_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(
+          n, reinterpret_cast<const __nv_bfloat16*>(h), g);
+    } else {
+      from16_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(n, reinterpret_cast<const __half*>(h),
+                                                             g);
+    }
+    CUDA_CHECK(cudaGetLastError());
+  }
+  void sgd_step(std::size_t n, float* p, const float* g, float* buf, const SgdParams& s) override {
     sgd_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(
         n, p, g, buf, 0.f, static_cast<float>(s.momentum), static_cast<float>(1.0 - s.dampening),
         static_cast<float>(s.weight_decay), s.nesterov, false, dev_scalars_, skip_step_,

@@ -1,0 +1,76 @@
+// report.hpp — what the trainer tells the user: one log line and one JSONL record (Logger::metrics)
+// per event: the live progress line, a training window, an evaluation, an epoch's end and its
+// communication, a checkpoint, a stop, the CUDA-graph summary. Figures arrive already measured
+// and agreed across ranks; nothing here communicates.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "mnist_ddp/app/cli.hpp"
+#include "mnist_ddp/dist/reducer.hpp"
+#include "mnist_ddp/runtime/log.hpp"
+
+namespace mnist_ddp {
+
+struct EvalResult {
+  double loss = 0;  // mean over the test set
+  double top1 = 0;  // fraction
+  double top5 = 0;
+  std::int64_t count = 0;  // images evaluated (== test set size: each counted exactly once)
+};
+
+// Where the run stands when an event is reported.
+struct StepPosition {
+  std::int64_t step = 0;
+  std::int64_t epoch = 0;  // 0-based
+  std::int64_t total_steps = 0;
+};
+
+// A --log-every window: the global mean loss and the throughput so far.
+struct WindowFigures {
+  double loss = 0;
+  double lr = 0;
+  double images_per_s = 0;
+  std::uint64_t comm_bytes = 0;
+  double elapsed_s = 0;
+  // --amp fp16: the loss scale, the steps skipped in this window and in the run.
+  struct Amp {
+    double scale = 0;
+    std::int64_t skipped = 0;
+    std::int64_t skipped_total = 0;
+  };
+  std::optional<Amp> amp;
+};
+
+// The epoch's gradient communication (Reducer statistics) and what carried it.
+struct CommFigures {
+  ReducerStats stats;
+  std::size_t buckets = 0;
+  const char* transport = "";
+  bool gpu = false;
+};
+
+class Reporter {
+ public:
+  Reporter(const Config& cfg, Logger& log) : cfg_(cfg), log_(log) {}
+  // The live progress line (a TTY only).
+  void progress(const StepPosition& at, double window_loss, double images_per_s, double eta_s);
+  void train_window(const StepPosition& at, const WindowFigures& w);
+  void eval(const StepPosition& at, const EvalResult& e);
+  void comm_epoch(const StepPosition& at, const CommFigures& c);
+  void epoch(const StepPosition& at, bool done, const EvalResult& e, double train_s,
+             double images_per_s, std::uint64_t comm_bytes);
+  void checkpoint(const StepPosition& at, const std::string& path, const char* why,
+                  std::int64_t sample_offset, bool preemption);
+  void stopping(const char* signal, std::int64_t step);
+  void capture_fell_back(int batch, const std::string& why);
+  void graphs(int captured, std::int64_t replayed, std::int64_t steps);
+
+ private:
+  const Config& cfg_;
+  Logger& log_;
+};
+
+}  // namespace mnist_ddp

@@ -1,0 +1,30 @@
+// debug_seams.cpp — the hang and exit seams of the failure tests.
+#include "mnist_ddp/train/debug_seams.hpp"
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <thread>
+
+namespace mnist_ddp {
+
+void debug_seams_before_step(const Config& cfg, int rank, std::int64_t step) {
+  if (step != 3) return;
+  if (rank == cfg.debug_hang_rank) {
+    // This rank stops here; its peers wait in the next collective until the watchdog
+    // (--collective-timeout) names it and aborts the job.
+    std::fprintf(stderr, "mnist_ddp: --debug-hang-rank %d: rank %d stops before step 3\n",
+                 cfg.debug_hang_rank, rank);
+    std::fflush(stderr);
+    for (;;) std::this_thread::sleep_for(std::chrono::seconds(60));
+  }
+  if (rank == cfg.debug_exit_rank) {
+    // A rank that dies with an error, without MPI_Finalize.
+    std::fprintf(stderr, "mnist_ddp: --debug-exit-rank %d: rank %d exits with status 1\n",
+                 cfg.debug_exit_rank, rank);
+    std::fflush(stderr);
+    std::_Exit(1);
+  }
+}
+
+}  // namespace mnist_ddp

@@ -1,0 +1,157 @@
+// report.cpp — the trainer's log lines and JSONL records, one function per event.
+#include "mnist_ddp/train/report.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+
+#include "mnist_ddp/dist/compress.hpp"
+
+namespace mnist_ddp {
+namespace {
+
+std::string fmt_bytes(double b) {
+  if (b >= 1e9) return fmt::format("{:.2f} GB", b / 1e9);
+  if (b >= 1e6) return fmt::format("{:.1f} MB", b / 1e6);
+  return fmt::format("{:.1f} kB", b / 1e3);
+}
+
+std::string fmt_eta(double s) {
+  const auto t = static_cast<long>(std::max(0.0, s));
+  return t >= 3600 ? fmt::format("{}h{:02}m", t / 3600, (t / 60) % 60)
+                   : fmt::format("{}m{:02}s", t / 60, t % 60);
+}
+
+}  // namespace
+
+void Reporter::progress(const StepPosition& at, double window_loss, double images_per_s,
+                        double eta_s) {
+  log_.progress(fmt::format("epoch {}/{} step {}/{} loss {:.4f} {:.0f} img/s ETA {}", at.epoch + 1,
+                            cfg_.epochs, at.step, at.total_steps, window_loss, images_per_s,
+                            fmt_eta(eta_s)));
+}
+
+void Reporter::train_window(const StepPosition& at, const WindowFigures& w) {
+  std::string line = fmt::format("epoch {} step {}/{} loss {:.4f} lr {:.5g} {:.0f} img/s comm {}",
+                                 at.epoch + 1, at.step, at.total_steps, w.loss, w.lr,
+                                 w.images_per_s, fmt_bytes(static_cast<double>(w.comm_bytes)));
+  if (w.amp) line += fmt::format(" loss-scale {:g} skipped {}", w.amp->scale, w.amp->skipped);
+  if (log_.live_progress()) {
+    log_.file(line);
+  } else {
+    log_.info(line);
+  }
+  log_.metrics({{"event", "train"},
+                {"step", at.step},
+                {"epoch", at.epoch + 1},
+                {"loss", w.loss},
+                {"lr", w.lr},
+                {"images_per_s", w.images_per_s},
+                {"comm_bytes", w.comm_bytes},
+                {"time_s", w.elapsed_s}});
+  if (w.amp) {
+    log_.metrics({{"event", "amp"},
+                  {"step", at.step},
+                  {"loss_scale", w.amp->scale},
+                  {"skipped_steps_total", w.amp->skipped_total}});
+  }
+}
+
+void Reporter::eval(const StepPosition& at, const EvalResult& e) {
+  log_.info(fmt::format("eval step {}: test loss {:.4f} top-1 {:.2f}% top-5 {:.2f}%", at.step,
+                        e.loss, 100 * e.top1, 100 * e.top5));
+  log_.metrics({{"event", "eval"},
+                {"step", at.step},
+                {"epoch", at.epoch + 1},
+                {"test_loss", e.loss},
+                {"top1", e.top1},
+                {"top5", e.top5},
+                {"count", e.count}});
+}
+
+void Reporter::comm_epoch(const StepPosition& at, const CommFigures& c) {
+  const ReducerStats& rs = c.stats;
+  const std::string per_step = fmt_bytes(static_cast<double>(rs.payload_bytes) /
+                                         static_cast<double>(std::max<std::int64_t>(rs.steps, 1)));
+  if (c.gpu) {
+    // The GPU's all-reduces complete asynchronously: host clocks would time the enqueue.
+    log_.info(fmt::format(
+        "comm epoch {}: {} buckets{} on the {}, hook {}, {} per step handed to "
+        "all-reduce, ~{} sent per rank (timing: asynchronous on the GPU, profile with nsys)",
+        at.epoch + 1, c.buckets,
+        cfg_.no_overlap ? " (--no-overlap: one all-reduce after backward)"
+                        : " (overlapped with backward)",
+        c.transport, to_string(cfg_.compression), per_step,
+        fmt_bytes(static_cast<double>(rs.wire_bytes))));
+  } else {
+    log_.info(fmt::format(
+        "comm epoch {}: {} buckets{}, hook {}, {} per step handed to all-reduce, "
+        "~{} sent per rank, {:.1f} ms in flight, {:.1f} ms exposed (not hidden by "
+        "backward)",
+        at.epoch + 1, c.buckets, cfg_.no_overlap ? " (--no-overlap: one all-reduce)" : "",
+        to_string(cfg_.compression), per_step, fmt_bytes(static_cast<double>(rs.wire_bytes)),
+        1e3 * rs.comm_seconds, 1e3 * rs.exposed_seconds));
+  }
+  log_.metrics({{"event", "comm"},
+                {"epoch", at.epoch + 1},
+                {"step", at.step},
+                {"buckets", c.buckets},
+                {"overlap", !cfg_.no_overlap},
+                {"wire_bytes", rs.wire_bytes},
+                {"compression", to_string(cfg_.compression)},
+                {"payload_bytes", rs.payload_bytes},
+                {"steps", rs.steps},
+                {"comm_s", rs.comm_seconds},
+                {"exposed_s", rs.exposed_seconds}});
+}
+
+void Reporter::epoch(const StepPosition& at, bool done, const EvalResult& e, double train_s,
+                     double images_per_s, std::uint64_t comm_bytes) {
+  log_.info(
+      fmt::format("epoch {} {}: test loss {:.4f} top-1 {:.2f}% top-5 {:.2f}% ({} images) "
+                  "| train {:.1f} s, {:.0f} img/s",
+                  at.epoch + 1, done ? "done" : "stopped", e.loss, 100 * e.top1, 100 * e.top5,
+                  e.count, train_s, images_per_s));
+  log_.metrics({{"event", "epoch"},
+                {"step", at.step},
+                {"epoch", at.epoch + 1},
+                {"test_loss", e.loss},
+                {"top1", e.top1},
+                {"top5", e.top5},
+                {"count", e.count},
+                {"train_s", train_s},
+                {"images_per_s", images_per_s},
+                {"comm_bytes", comm_bytes}});
+}
+
+void Reporter::checkpoint(const StepPosition& at, const std::string& path, const char* why,
+                          std::int64_t sample_offset, bool preemption) {
+  log_.info(fmt::format("checkpoint ({}): {} (step {}; resumes at epoch {}, sample {} per rank)",
+                        why, path, at.step, at.epoch + 1, sample_offset));
+  log_.metrics({{"event", "checkpoint"},
+                {"step", at.step},
+                {"epoch", at.epoch + 1},
+                {"sample_offset", sample_offset},
+                {"path", path},
+                {"reason", why},
+                {"preemption", preemption}});
+}
+
+void Reporter::stopping(const char* signal, std::int64_t step) {
+  log_.info(fmt::format("{} received: stopping at step {} with a checkpoint", signal, step));
+}
+
+void Reporter::capture_fell_back(int batch, const std::string& why) {
+  log_.info(fmt::format(
+      "warning: CUDA graphs: capture failed for batch size {} on {}; every rank runs steps of "
+      "that size eagerly from now on (correct, slower)",
+      batch, why));
+}
+
+void Reporter::graphs(int captured, std::int64_t replayed, std::int64_t steps) {
+  log_.info(fmt::format("CUDA graphs: {} captured (one per batch size), {} of {} steps replayed",
+                        captured, replayed, steps));
+}
+
+}  // namespace mnist_ddp
