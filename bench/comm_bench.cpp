@@ -11,11 +11,13 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <memory>
 #include <vector>
 
 #include "mnist_ddp/dist/comm.hpp"
 #include "mnist_ddp/dist/compress.hpp"
+#include "mnist_ddp/dist/flight_recorder.hpp"
 #include "mnist_ddp/dist/reducer.hpp"
 #include "mnist_ddp/model/model.hpp"
 #include "mnist_ddp/ops/ops.hpp"
@@ -134,6 +136,22 @@ void BM_HookReduce(benchmark::State& st) {
       static_cast<double>(s.payload_bytes) / static_cast<double>(s.steps);
 }
 
+// The flight recorder's cost per collective (--flight-recorder, always on): one entry begun
+// and ended in a 2000-entry ring, the work watch_begin/watch_end add to every collective. Local
+// to each rank (no MPI). bench/observability_cost.sh turns it into a fraction of a step.
+void BM_FlightRecord(benchmark::State& st) {
+  FlightRecorder rec(g_mpi->rank(), g_mpi->size(), "bench");
+  rec.arm(2000, "", SIGUSR2);
+  FlightRing* ring = rec.open("world", g_mpi->size());
+  std::uint64_t seq = 0;
+  for (auto _ : st) {
+    ++seq;
+    ring->begin(seq, "allreduce", 15770, DType::F32);
+    ring->end(seq, FlightState::Completed);
+  }
+  benchmark::DoNotOptimize(seq);
+}
+
 BENCHMARK(BM_AllreduceMpi)
     ->RangeMultiplier(4)
     ->Range(4 << 10, 16 << 20)
@@ -144,6 +162,7 @@ BENCHMARK(BM_AllreduceNccl)
     ->Range(4 << 10, 16 << 20)
     ->Iterations(50)
     ->UseManualTime();
+BENCHMARK(BM_FlightRecord);
 BENCHMARK(BM_Encode16Decode16)
     ->Arg(static_cast<int>(Compression::Fp16))
     ->Arg(static_cast<int>(Compression::Bf16));

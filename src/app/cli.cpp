@@ -47,6 +47,7 @@ struct EnumText {
   std::string compression = name_in(kCompressionNames, Compression::None);
   std::string overlap_engine = name_in(kOverlapEngineNames, OverlapEngine::Test);
   std::string requeue_signal = "USR1";
+  std::string flight_dump_signal = "USR2";
   std::string progress = name_in(kProgressNames, Progress::Auto);
 };
 
@@ -173,6 +174,20 @@ void build(CLI::App& app, Config& c, EnumText& t) {
   app.add_option("--debug-exit-rank", c.debug_exit_rank,
                  "testing: this rank exits with status 1 before step 3, without MPI_Finalize")
       ->check(CLI::Range(-1, 1 << 20));
+  app.add_option("--debug-desync-rank", c.debug_desync_rank,
+                 "testing: this rank issues one collective its peers do not before step 3 (the "
+                 "desync test; needs --debug-collectives, which catches it)")
+      ->check(CLI::Range(-1, 1 << 20));
+  app.add_option("--flight-recorder", c.flight_recorder,
+                 "collectives each communicator remembers (op, dtype, count, step, state, "
+                 "times); dumped to --log-dir/flight-rank<R>.json on a watchdog timeout, a "
+                 "desync, an error, SIGTERM/SIGINT or the --flight-dump-signal; read them with "
+                 "tools/flight_analyze (0: off)")
+      ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 24));
+  app.add_option("--flight-dump-signal", t.flight_dump_signal,
+                 "signal that dumps the flight recorder and keeps running (inspect a live hang: "
+                 "scancel --signal=USR2 JOBID, or kill -USR2 PID); USR1 | USR2 | HUP")
+      ->check(CLI::IsMember({"USR1", "USR2", "HUP"}));
   app.add_option("--debug-sample-log", c.debug_sample_log,
                  "testing: each rank appends the training-set indices it trains on, one per line, "
                  "to DIR/samples-epoch<E>-rank<R>.txt (the data-split check)");
@@ -237,6 +252,7 @@ ParseOutcome parse_cli(int argc, char** argv, Config& cfg, bool print) {
   cfg.amp = *value_in(kAmpModeNames, text.amp);
   cfg.compression = *value_in(kCompressionNames, text.compression);
   cfg.requeue_signal = parse_signal(text.requeue_signal);
+  cfg.flight_dump_signal = parse_signal(text.flight_dump_signal);
   cfg.overlap_engine = *value_in(kOverlapEngineNames, text.overlap_engine);
   cfg.comm = *value_in(kCommChoiceNames, text.comm);
   cfg.progress = *value_in(kProgressNames, text.progress);
@@ -253,6 +269,18 @@ ParseOutcome parse_cli(int argc, char** argv, Config& cfg, bool print) {
     throw UserError(
         "--eval-only evaluates a checkpoint: give it one with --resume PATH (or --resume auto to "
         "take the newest in --checkpoint-dir)");
+  }
+  if (cfg.flight_dump_signal == cfg.requeue_signal) {
+    throw UserError(fmt::format(
+        "--flight-dump-signal {0} and --requeue-signal {0}: one signal cannot both dump the "
+        "flight recorder and stop the run; give them different signals (defaults: USR2, USR1)",
+        text.flight_dump_signal));
+  }
+  if (cfg.debug_desync_rank >= 0 && !cfg.debug_collectives) {
+    throw UserError(
+        "--debug-desync-rank makes the ranks' collectives disagree, which only "
+        "--debug-collectives catches (without it MPI's behaviour is undefined): add "
+        "--debug-collectives");
   }
   if (cfg.nesterov && (cfg.momentum <= 0 || cfg.dampening != 0)) {
     throw UserError("--nesterov needs --momentum > 0 and --dampening 0 (as torch.optim.SGD)");
@@ -365,6 +393,8 @@ std::string config_json(const Config& c) {
                             {"collective_timeout", c.collective_timeout},
                             {"debug_collectives", c.debug_collectives},
                             {"requeue_signal", signal_name(c.requeue_signal)},
+                            {"flight_recorder", c.flight_recorder},
+                            {"flight_dump_signal", signal_name(c.flight_dump_signal)},
                             {"overlap_engine", name_in(kOverlapEngineNames, c.overlap_engine)},
                             {"local_sgd_start", c.local_sgd_start},
                             {"local_sgd_period", c.local_sgd_period},

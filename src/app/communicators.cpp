@@ -1,11 +1,18 @@
 // communicators.cpp — building the run's communicators in their order, each watched.
 #include "mnist_ddp/app/communicators.hpp"
 
+#include <chrono>
+#include <thread>
+
 #include "mnist_ddp/dist/threaded_comm.hpp"
 
 namespace mnist_ddp {
+namespace {
+// How long a watchdog that dumped its flight recorder waits before it aborts the job.
+constexpr std::chrono::milliseconds kWatchdogDumpGrace{1000};
+}  // namespace
 
-Communicators::Communicators() : control_(make_mpi_comm()) {
+Communicators::Communicators(FlightRecorder& flight) : flight_(flight), control_(make_mpi_comm()) {
   abort_via_ = control_.get();
   data_ = control_.get();
 }
@@ -15,25 +22,33 @@ Communicators::~Communicators() {
   // (its inner communicator reports to the watchdog, not the wrapper).
   thread_.reset();
   for (Comm* c : {thread_.get(), local_.get(), staged_.get(), nccl_.get(), control_.get()})
-    if (c != nullptr) c->set_watchdog(nullptr);
+    if (c != nullptr) c->set_watchdog(nullptr);  // the rings stay: they are the recorder's
   watchdog_.reset();  // joins its thread: nothing can abort through abort_via_ from here on
 }
 
 void Communicators::start_watchdog(const Config& cfg, int rank, const std::string& host) {
   debug_collectives_ = cfg.debug_collectives;
+  flight_.arm(static_cast<std::size_t>(cfg.flight_recorder), cfg.log_dir, cfg.flight_dump_signal);
   // No collective may stay in flight longer than --collective-timeout: the watchdog aborts the
   // job through the data communicator once there is one (NCCL must be aborted too), else MPI.
   if (cfg.collective_timeout > 0) {
-    watchdog_ = std::make_unique<CollectiveWatchdog>(
-        cfg.collective_timeout, rank, host, [this] { abort_via_->abort(kExitCollectiveTimeout); });
+    watchdog_ = std::make_unique<CollectiveWatchdog>(cfg.collective_timeout, rank, host, [this] {
+      // What every communicator was doing, for tools/flight_analyze, before the job ends.
+      // The peers waiting in the same collective time out within moments of this rank: the
+      // grace lets their watchdogs dump too before this abort kills them.
+      if (!flight_.dump("watchdog: a collective exceeded --collective-timeout").empty())
+        std::this_thread::sleep_for(kWatchdogDumpGrace);
+      abort_via_->abort(kExitCollectiveTimeout);
+    });
   }
-  watch(*control_);
+  watch(*control_, "world");
 }
 
-void Communicators::watch(Comm& c) {
-  // Every communicator reports to the watchdog and, with --debug-collectives, fingerprints its
-  // collectives.
+void Communicators::watch(Comm& c, const char* name) {
+  // Every communicator reports to the watchdog and the flight recorder and, with
+  // --debug-collectives, fingerprints its collectives.
   c.set_watchdog(watchdog_.get());
+  c.set_flight_ring(flight_.open(name, c.size()));
   c.set_debug_collectives(debug_collectives_);
 }
 
@@ -50,7 +65,7 @@ void Communicators::bind_data(Device device, void* stream) {
     data_ = staged_.get();
   }
   if (data_ != control_.get()) {
-    watch(*data_);
+    watch(*data_, nccl_ ? "data (NCCL)" : "data (host-staged MPI)");
     abort_via_ = data_;
   }
   data_->bind_stream(stream);
@@ -60,13 +75,13 @@ void Communicators::open_local(Device device, int color, void* stream) {
   // The group's collectives work where the gradients live, joined to the ops' stream.
   local_ = device == Device::Cuda ? make_nccl_group_comm(color) : make_mpi_group_comm(color);
   local_->bind_stream(stream);
-  watch(*local_);
+  watch(*local_, "node-local");
 }
 
 void Communicators::open_thread() {
   // The thread's collectives are watched on the communicator it issues them on.
   auto inner = make_mpi_group_comm(0);
-  watch(*inner);
+  watch(*inner, "communication thread");
   thread_ = make_threaded_comm(std::move(inner));
 }
 

@@ -21,18 +21,21 @@
 
 namespace mnist_ddp {
 
-int exit_status_of(int rank, const std::function<int()>& body) {
+int exit_status_of(int rank, const std::function<int()>& body,
+                   const std::function<void(const std::string&)>& on_failure) {
   try {
     return body();
   } catch (const AgreedExit& e) {
     return e.code;
   } catch (const UserError& e) {
     // A user error outside an agreement point (all ranks hit it together, e.g. the replica
-    // check): rank 0 reports.
+    // check or a desync): rank 0 reports.
+    on_failure(std::string("error: ") + e.what());
     if (rank == 0) std::fprintf(stderr, "mnist_ddp: error: %s\n", e.what());
     return e.exit_code();
   } catch (const std::exception& e) {
     // Unexpected on this rank only: the others may be inside a collective, so end the whole job.
+    on_failure(std::string("internal error: ") + e.what());
     fail_internal(e.what(), __FILE__, __LINE__);
   }
 }

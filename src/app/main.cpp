@@ -21,11 +21,11 @@ namespace mnist_ddp {
 // Everything with MPI inside lives in this scope, so it is gone before MPI_Finalize (the
 // communicators last: they were made first).
 int run(int argc, char** argv, int rank, int world, const MpiLocality& locality,
-        const std::string& host) {
+        const std::string& host, FlightRecorder& flight) {
   int code = kExitOk;
   const std::optional<Identity> id = identify(rank, world, locality, host, &code);
   if (!id) return code;
-  Communicators comms;
+  Communicators comms(flight);
   Config cfg;
   if (!configure(comms.control(), *id, argc, argv, cfg)) return kExitOk;
   comms.start_watchdog(cfg, rank, host);
@@ -33,6 +33,7 @@ int run(int argc, char** argv, int rank, int world, const MpiLocality& locality,
   if (cfg.print_env) return print_env(*id, where, host);
   if (cfg.verify_checkpoints) return verify_checkpoint_dir(comms.control(), cfg.checkpoint_dir);
   announce(where, rank);
+  flight.set_hosts(where.ranks);  // a dump names every rank's host, a silent peer's included
   const std::unique_ptr<Logger> log = open_log(comms.control(), cfg, *id);
   DataSplit data = load_data(comms.control(), cfg, *id, where, *log);
   if (where.use_nccl) comms.open_nccl();  // collective: NCCL's id travels by MPI
@@ -42,7 +43,7 @@ int run(int argc, char** argv, int rank, int world, const MpiLocality& locality,
   broadcast_model(comms.data(), model, comms.control());  // collective: rank 0's weights
   open_extra_communicators(comms, cfg, *id, where, *ops, *log);
   Trainer trainer(cfg, comms.control(), comms.data(), *ops, model, data, *log, comms.local(),
-                  comms.thread());
+                  comms.thread(), &flight);
   const std::int64_t step =
       restore_start_state(comms.control(), cfg, data, *ops, model, trainer, *log);
   if (cfg.eval_only) return evaluate_only(comms.control(), trainer, data, step, *log);
@@ -68,10 +69,11 @@ int main(int argc, char** argv) {
   install_stop_handlers();
   const std::string host = host_name();
   set_error_identity(rank, host);
-  const int code =
-      exit_status_of(rank, [&] { return run(argc, argv, rank, world, locality, host); });
-  // Teardown in order: the NCCL communicator went with run()'s scope, then the CUDA context,
-  // then MPI.
+  FlightRecorder flight(rank, world, host);  // outlives run(): a failure is dumped after it
+  const int code = exit_status_of(
+      rank, [&] { return run(argc, argv, rank, world, locality, host, flight); },
+      [&](const std::string& why) { flight.dump(why); });
+  // Teardown in order: NCCL went with run()'s scope, then the CUDA context, then MPI.
   release_cuda_device();
   mpi_finalize();
   return code;

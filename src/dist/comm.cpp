@@ -89,9 +89,11 @@ std::string describe(const std::uint64_t* fp) {
 
 std::uint64_t Comm::watch_begin(const char* op, std::size_t count, DType type) {
   const char* tn = name_in(kDTypeNames, type);
-  ++collectives_;
+  const std::uint64_t seq = ++collectives_;
+  // Recorded before the fingerprint check, so a dump after a desync shows what this rank issued.
+  if (flight_ != nullptr) flight_->begin(seq, op, count, type);
   if (debug_collectives_ && size() > 1) {
-    std::uint64_t mine[kFingerprint] = {collectives_, count, 0, 0, 0};
+    std::uint64_t mine[kFingerprint] = {seq, count, 0, 0, 0};
     pack_name(op, mine + 2, 2);
     pack_name(tn, mine + 4, 1);
     std::vector<std::uint64_t> all(kFingerprint * static_cast<std::size_t>(size()));
@@ -108,24 +110,30 @@ std::uint64_t Comm::watch_begin(const char* op, std::size_t count, DType type) {
           describe(expected), r, describe(actual)));
     }
   }
-  if (watchdog_ == nullptr) return 0;
-  const std::uint64_t seq =
-      watchdog_->begin(fmt::format("{} {} x {} on a {}-rank communicator", op, count, tn, size()));
-  open_watches_.push_back(seq);
+  if (watchdog_ != nullptr) {
+    const std::uint64_t w = watchdog_->begin(
+        fmt::format("{} {} x {} on a {}-rank communicator", op, count, tn, size()));
+    open_watches_.push_back(OpenWatch{seq, w});
+  }
   return seq;
 }
 
 void Comm::watch_end(std::uint64_t seq) {
-  if (watchdog_ == nullptr || seq == 0) return;
-  watchdog_->end(seq);
-  std::erase(open_watches_, seq);
+  if (flight_ != nullptr) flight_->end(seq, done_state());
+  if (watchdog_ == nullptr) return;
+  const auto it = std::find_if(open_watches_.begin(), open_watches_.end(),
+                               [&](const OpenWatch& w) { return w.seq == seq; });
+  if (it == open_watches_.end()) return;
+  watchdog_->end(it->watchdog);
+  open_watches_.erase(it);
 }
 
 void Comm::rewind(const Mark& m) {
   payload_bytes_ = m.payload_bytes;
   collectives_ = m.collectives;
+  if (flight_ != nullptr) flight_->forget_after(m.collectives);
   // What was registered after the mark never ran (a capture that failed): nothing to wait for.
-  for (const std::uint64_t seq : open_watches_) watchdog_->end(seq);
+  for (const OpenWatch& w : open_watches_) watchdog_->end(w.watchdog);
   open_watches_.clear();
   rewind_step();
 }

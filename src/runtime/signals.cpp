@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <cerrno>
 #include <csignal>
 #include <cstdint>
 
@@ -10,6 +11,20 @@ namespace mnist_ddp {
 namespace {
 
 volatile std::sig_atomic_t g_signal = 0;
+volatile std::sig_atomic_t g_dump_fd = -1;
+
+void poke_dump_pipe(int signo) {
+  const int fd = g_dump_fd;
+  if (fd < 0) return;
+  const unsigned char byte = static_cast<unsigned char>(signo);
+  const int saved = errno;  // a handler must leave errno as it found it
+  [[maybe_unused]] const ssize_t n = write(fd, &byte, 1);
+  errno = saved;
+}
+
+extern "C" void on_dump_signal(int signo) {
+  poke_dump_pipe(signo);
+}
 
 extern "C" void on_stop_signal(int signo) {
   if (g_signal != 0) {
@@ -17,25 +32,34 @@ extern "C" void on_stop_signal(int signo) {
     _exit(128 + signo);
   }
   g_signal = signo;
+  poke_dump_pipe(signo);
+}
+
+void install(int signo, void (*handler)(int)) {
+  struct sigaction sa {};
+  sa.sa_handler = handler;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;  // a signal must not make a blocking read/MPI call fail
+  sigaction(signo, &sa, nullptr);
 }
 
 }  // namespace
 
 void install_stop_handlers() {
-  struct sigaction sa {};
-  sa.sa_handler = on_stop_signal;
-  sigemptyset(&sa.sa_mask);
-  sa.sa_flags = SA_RESTART;  // a signal must not make a blocking read/MPI call fail
-  sigaction(SIGINT, &sa, nullptr);
-  sigaction(SIGTERM, &sa, nullptr);
+  install(SIGINT, on_stop_signal);
+  install(SIGTERM, on_stop_signal);
 }
 
 void install_requeue_handler(int signo) {
-  struct sigaction sa {};
-  sa.sa_handler = on_stop_signal;
-  sigemptyset(&sa.sa_mask);
-  sa.sa_flags = SA_RESTART;
-  sigaction(signo, &sa, nullptr);
+  install(signo, on_stop_signal);
+}
+
+void set_flight_dump_pipe(int fd) {
+  g_dump_fd = fd;
+}
+
+void install_dump_handler(int signo) {
+  install(signo, on_dump_signal);
 }
 
 int parse_signal(const std::string& name) {

@@ -8,8 +8,9 @@
 
 namespace mnist_ddp {
 
-void debug_seams_before_step(const Config& cfg, int rank, std::int64_t step) {
+void debug_seams_before_step(const Config& cfg, Comm& comm, std::int64_t step) {
   if (step != 3) return;
+  const int rank = comm.rank();
   if (rank == cfg.debug_hang_rank) {
     // This rank stops here; its peers wait in the next collective until the watchdog
     // (--collective-timeout) names it and aborts the job.
@@ -24,6 +25,16 @@ void debug_seams_before_step(const Config& cfg, int rank, std::int64_t step) {
                  cfg.debug_exit_rank, rank);
     std::fflush(stderr);
     std::_Exit(1);
+  }
+  if (rank == cfg.debug_desync_rank) {
+    std::fprintf(stderr,
+                 "mnist_ddp: --debug-desync-rank %d: rank %d issues an extra collective before "
+                 "step 3\n",
+                 cfg.debug_desync_rank, rank);
+    std::fflush(stderr);
+    std::int32_t extra[2] = {0, 0};
+    // Collective on this rank only (the seam): its peers' next collective is another one.
+    comm.allreduce(std::span<std::int32_t>(extra, 2), ReduceOp::Sum);
   }
 }
 

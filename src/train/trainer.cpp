@@ -87,11 +87,13 @@ GradientPath choose_gradient_path(const Config& cfg, Device device, const Comm& 
 }
 
 Trainer::Trainer(const Config& cfg, Comm& comm, Comm& data_comm, Ops& ops, ConvNet& model,
-                 const DataSplit& data, Logger& log, Comm* local_comm, Comm* thread_comm)
+                 const DataSplit& data, Logger& log, Comm* local_comm, Comm* thread_comm,
+                 FlightRecorder* flight)
     : cfg_(cfg),
       comm_(comm),
       data_comm_(data_comm),
       local_comm_(local_comm),
+      flight_(flight),
       ops_(ops),
       model_(model),
       data_(data),
@@ -112,6 +114,8 @@ Trainer::Trainer(const Config& cfg, Comm& comm, Comm& data_comm, Ops& ops, ConvN
   lr_.total_steps = total_steps_;
   lr_.min_lr = cfg.min_lr;
   const GradientPath path = choose_gradient_path(cfg, ops.device(), data_comm);
+  // Host clocks time a CPU step; a GPU step's host code only enqueues (or is a graph replay).
+  time_phases_ = ops.device() == Device::Cpu;
   // Where the buckets are reduced. GPU: the data communicator (NCCL on its own stream while the
   // compute stream goes on with the earlier layers; host-staged MPI: blocking, through the
   // host). CPU: the data communicator (MPI_Test from backward), or the communication thread.
@@ -165,6 +169,7 @@ void Trainer::train_step(int n) {
   // Before the step (outside any graph): what changes per step, into backend memory.
   ops_.set_step_scalars({offset_, last_lr_, sgd_.steps_taken() == 0});
   const auto body = [&] { enqueue_step(n); };
+  if (time_phases_) phases_.begin();
   if (!graphs_) {
     body();
   } else if (const StepRun how = graphs_->run(n, body); how == StepRun::Replayed) {
@@ -180,9 +185,11 @@ void Trainer::enqueue_step(int n) {
   // Collective: DDP's broadcast_buffers — rank 0's BN running statistics before each forward.
   // (num_batches_tracked, on the host, advances in lockstep on every rank: nothing to send.)
   data_comm_.broadcast(model_.buffers(), 0);
+  mark(Phase::Data);
   const float* logits = model_.forward(x_.data(), n, Mode::Train);
   // Mean loss over the local batch; averaging the gradients over ranks gives the global mean.
   ops_.accumulate_loss(n, kClasses, logits, y_, dlogits_.data(), 1.0 / n);
+  mark(Phase::Forward);
   const bool local = cfg_.local_sgd_start >= 0 && step_ >= cfg_.local_sgd_start;
   if (cfg_.local_sgd_start >= 0) {
     // Post-local SGD: gradients averaged over the whole job for the first --local-sgd-start
@@ -192,7 +199,9 @@ void Trainer::enqueue_step(int n) {
   // Collectives (inside): each bucket's all-reduce starts as soon as backward has produced its
   // gradients; finish() waits for them and leaves the average over the ranks.
   model_.backward(dlogits_.data(), [this](int layer) { reducer_->layer_ready(layer); });
+  mark(Phase::Backward);
   reducer_->finish();
+  mark(Phase::Comm);
   // --amp fp16: the averaged gradients back to true scale; all ranks agree on inf/NaN.
   if (scaler_) unscale_and_agree(*scaler_, data_comm_, model_.grads());
   sgd_.step(model_.params(), model_.grads());  // a no-op where found_inf (set_amp)
@@ -202,9 +211,15 @@ void Trainer::enqueue_step(int n) {
     // node groups drift apart (momentum buffers stay local, as in PyTorch).
     data_comm_.allreduce_avg(model_.params());
   }
+  mark(Phase::Optimizer);
+}
+
+void Trainer::mark(Phase p) {
+  if (time_phases_) phases_.mark(p);
 }
 
 void Trainer::end_step(int n) {
+  if (time_phases_) phases_.end();
   model_.count_train_batch();
   sgd_.count_step();
   reducer_->count_step();
@@ -501,6 +516,10 @@ EvalResult Trainer::end_epoch(bool epoch_done) {
   report_.comm_epoch(position(),
                      CommFigures{reducer_->take_stats(), reducer_->buckets().size(),
                                  data_comm_.transport(), ops_.device() == Device::Cuda});
+  if (time_phases_) {
+    const std::size_t steps = phases_.steps();  // before take_medians() clears them
+    report_.step_phases(position(), steps, phases_.take_medians());
+  }
   const EvalResult e = evaluate();
   const double train_s = clock_.seconds();
   report_.epoch(position(), epoch_done, e, train_s, images_ / std::max(train_s, 1e-9),
@@ -523,7 +542,8 @@ TrainResult Trainer::run() {
     const std::int64_t epoch_first = offset_;
     clock_.start();
     while (offset_ < epoch_size && step_ < total_steps_ && stop == 0) {
-      debug_seams_before_step(cfg_, comm_.rank(), step_);
+      if (flight_ != nullptr) flight_->set_step(step_);
+      debug_seams_before_step(cfg_, comm_, step_);
       train_step(static_cast<int>(std::min<std::int64_t>(cfg_.batch_size, epoch_size - offset_)));
       stop = after_step(first_step);
     }

@@ -12,9 +12,23 @@ run plot_run 300 mpirun -np 2 "$BIN" --device cpu --data "$DATA" --epochs 1 --ma
 M="$TMP/run/metrics.jsonl"
 train=$(grep -c '"event":"train"' "$M")
 acc=$(grep -E '"event":"(eval|epoch)"' "$M" | grep -o '"step":[0-9]*' | sort -u | wc -l)
+# The epoch's step split: one record, 30 steps, five positive phases that add up to its total,
+# and the same figures in the log line.
+split=$(/usr/bin/python3 -c "
+import json, sys
+r = [json.loads(l) for l in open(sys.argv[1]) if '\"step_time\"' in l]
+p = [r[0][k + '_ms'] for k in ('data', 'forward', 'backward', 'comm', 'optimizer')] if r else []
+ok = len(r) == 1 and r[0]['steps'] == 30 and all(v > 0 for v in p) and abs(sum(p) - r[0]['total_ms']) < 1e-6
+print('ok %.2f ms' % r[0]['total_ms'] if ok else 'bad %s' % r)" "$M")
+if [[ "$split" == ok* ]] && grep -q "^step time epoch 1 (rank 0, median of 30 steps): [0-9.]* ms = data [0-9.]* + forward [0-9.]* + backward [0-9.]* + exposed comm [0-9.]* + optimizer [0-9.]* ms" "$OUT"; then
+  pass "epoch_step_time_split_into_five_phases (${split#ok })"
+else
+  fail "step_time $split" "$(show)"
+fi
 run plot 120 "$REPO/tools/plot_metrics" "$M" "$M" --label first --label second -o "$TMP/m.png"
 if [[ $RC -eq 0 ]] && grep -q "^first: $train loss points, $acc accuracy points" "$OUT" &&
    grep -q "^second: $train loss points" "$OUT" && [[ $train -eq 3 && $acc -eq 2 ]] &&
+   grep -q "^first: .*, 1 step-time bars" "$OUT" &&
    [[ "$(head -c 8 "$TMP/m.png" | od -An -tx1 | tr -d ' \n')" == 89504e470d0a1a0a ]] &&
    (($(stat -c %s "$TMP/m.png") > 10000)); then
   pass "plot_metrics_png_from_two_runs ($train loss, $acc accuracy points each)"

@@ -166,6 +166,13 @@ if [[ "$STATE" == FAILED ]] && ((secs < 40)) &&
 else
   fail "srun_stuck_rank state=$STATE secs=$secs" "$(tail -n 12 "$OUT")"
 fi
+# The peers' watchdogs dumped their flight recorders; the analyzer names rank 5 and its node.
+verdict=$("$REPO/tools/flight_analyze" "$TMP/f1-log" 2>&1 | grep "^verdict: ")
+if grep -q "^verdict: HANG on communicator 'world': .*Look at rank 5 (host node2)\." <<<"$verdict"; then
+  pass "srun_stuck_rank_named_by_the_flight_analyzer (${verdict:0:110}...)"
+else
+  fail "srun_flight_analyze_hang" "$("$REPO/tools/flight_analyze" "$TMP/f1-log" 2>&1 | tail -n 14)"
+fi
 t0=$(date +%s)
 export MNIST_DDP_CKPT="$TMP/f2" MNIST_DDP_LOGS="$TMP/f2-log"
 submit fail_exit slurm/train_cpu_2x4.sh "${F[@]}" --debug-exit-rank 6
@@ -192,6 +199,24 @@ else
   fail "srun_kill9 victim=$victim state=$STATE secs=$secs" "$(tail -n 12 "$OUT")"
 fi
 unset MAX_RESTARTS
+
+# 7b. A live job inspected: `scancel --signal=USR2` (the --flight-dump-signal) makes all 8 ranks
+# dump their flight recorders and go on; the job completes and the analyzer finds no problem.
+export MNIST_DDP_CKPT="$TMP/fd" MNIST_DDP_LOGS="$TMP/fd-log"
+OUT="$TMP/flight_dump.out"
+id=$(sbatch --parsable -o "$OUT" slurm/train_cpu_2x4.sh --data "$DATA" --epochs 3 --max-steps 200 --log-every 5 --progress off)
+for ((i = 0; i < 600; i++)); do grep -q "step 10/200" "$OUT" 2>/dev/null && break; sleep 0.2; done
+scancel --signal=USR2 "$id"
+STATE=$(job_wait "$id" 300)
+dumps=$(ls "$TMP"/fd-log/flight-rank*.json 2>/dev/null | wc -l)
+verdict=$("$REPO/tools/flight_analyze" "$TMP/fd-log" 2>&1 | grep "^verdict: ")
+if [[ "$STATE" == COMPLETED && $dumps -eq 8 ]] && grep -q "^done: 200 steps" "$OUT" &&
+   grep -q "^verdict: no problem found (8 ranks agree" <<<"$verdict"; then
+  pass "scancel_signal_usr2_dumps_all_8_ranks_and_the_job_goes_on (${verdict:0:60}...)"
+else
+  fail "flight_dump state=$STATE dumps=$dumps" "$verdict" "$(tail -n 8 "$OUT")"
+fi
+unset MNIST_DDP_CKPT MNIST_DDP_LOGS
 
 # 8. Restart after a failure (torchrun --max-restarts): a rank killed -9 mid-run; the batch script
 # relaunches from the newest checkpoint in the same allocation, the job completes, and its final

@@ -74,7 +74,10 @@ struct Config {
   bool debug_collectives = false;   // fingerprint check across ranks before every collective
   int debug_hang_rank = -1;         // test seam: this rank stops before step 3 (forever)
   int debug_exit_rank = -1;         // test seam: this rank exits 1 before step 3
-  std::string debug_sample_log;     // test seam: DIR for each rank's consumed sample indices
+  int debug_desync_rank = -1;       // test seam: this rank issues an extra collective at step 3
+  std::int64_t flight_recorder = 2000;  // collectives each communicator remembers; 0: off
+  int flight_dump_signal = SIGUSR2;     // --flight-dump-signal: dump the recorder, keep running
+  std::string debug_sample_log;         // test seam: DIR for each rank's consumed sample indices
   bool debug_fail_capture = false;  // test seam: every CUDA graph capture fails (eager fallback)
   bool requeue = false;             // on the requeue signal / SIGTERM under Slurm: scontrol requeue
   int requeue_signal = SIGUSR1;     // --requeue-signal (signals.hpp parse_signal)

@@ -12,6 +12,7 @@
 
 #include "mnist_ddp/app/cli.hpp"
 #include "mnist_ddp/dist/comm.hpp"
+#include "mnist_ddp/dist/flight_recorder.hpp"
 #include "mnist_ddp/runtime/device.hpp"
 #include "mnist_ddp/runtime/watchdog.hpp"
 
@@ -19,8 +20,10 @@ namespace mnist_ddp {
 
 class Communicators {
  public:
-  // The control communicator: the MPI world.
-  Communicators();
+  // The control communicator: the MPI world. flight: where every communicator records its
+  // collectives once start_watchdog armed it (it outlives this object: a failure is dumped
+  // after the run's scope is gone).
+  explicit Communicators(FlightRecorder& flight);
   // The watchdog goes first: it aborts through a communicator that dies after it otherwise.
   ~Communicators();
   Communicators(const Communicators&) = delete;
@@ -30,8 +33,11 @@ class Communicators {
   Comm& data() { return *data_; }
   Comm* local() { return local_.get(); }    // nullptr unless --local-sgd-start >= 0
   Comm* thread() { return thread_.get(); }  // nullptr unless the CPU's communication thread
+  FlightRecorder& flight() { return flight_; }
 
-  // With --collective-timeout > 0, the watchdog every communicator reports to (from here on).
+  // The flight recorder armed (--flight-recorder, --log-dir, --flight-dump-signal) and, with
+  // --collective-timeout > 0, the watchdog every communicator reports to (from here on); the
+  // watchdog dumps the recorder before it aborts the job.
   void start_watchdog(const Config& cfg, int rank, const std::string& host);
   // Collective: the NCCL communicator (bootstrapped through MPI), before the ops exist.
   void open_nccl();
@@ -45,9 +51,10 @@ class Communicators {
   void open_thread();
 
  private:
-  void watch(Comm& c);
+  void watch(Comm& c, const char* name);
 
   bool debug_collectives_ = false;
+  FlightRecorder& flight_;
   std::unique_ptr<Comm> control_;
   Comm* abort_via_ = nullptr;  // read by the watchdog thread only when it aborts
   std::unique_ptr<CollectiveWatchdog> watchdog_;

@@ -25,8 +25,10 @@ class Ops;
 
 // Runs the job's body and turns how it ended into the exit status: an agreed error's code, a user
 // error met by every rank together (rank 0 reports it), or, for anything unexpected on this rank
-// only (the others may be inside a collective), an abort of the whole job.
-int exit_status_of(int rank, const std::function<int()>& body);
+// only (the others may be inside a collective), an abort of the whole job. on_failure(why) runs
+// first on every rank an error ends (the flight recorder's dump), not for agreed exits.
+int exit_status_of(int rank, const std::function<int()>& body,
+                   const std::function<void(const std::string&)>& on_failure);
 
 // This rank's identity from MPI and the launcher's variables, or nullopt after the launcher-
 // mismatch error was printed (by the task the launcher calls 0: MPI cannot coordinate who

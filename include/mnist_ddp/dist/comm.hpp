@@ -8,11 +8,13 @@
 #include <span>
 #include <vector>
 
+#include "mnist_ddp/dist/flight_recorder.hpp"
 #include "mnist_ddp/model/dtype.hpp"
 
 namespace mnist_ddp {
 
 class CollectiveWatchdog;
+class FlightRing;
 
 enum class ReduceOp { Sum, Max, Min };
 
@@ -98,12 +100,18 @@ class Comm {
   // rank naming rank 0's (expected) and the first differing rank's (actual) collective.
   void set_watchdog(CollectiveWatchdog* w) { watchdog_ = w; }
   void set_debug_collectives(bool on) { debug_collectives_ = on; }
+  // Every collective also goes into this ring (flight_recorder.hpp; nullptr: none).
+  void set_flight_ring(FlightRing* ring) { flight_ = ring; }
 
  protected:
   // Around a collective (the typed front does it; subclasses for their non-blocking starts):
-  // the fingerprint check, then registration; watch_end when it has completed.
+  // the flight recorder's entry, the fingerprint check, then the watchdog's registration; returns
+  // the collective's number on this communicator. watch_end when the host is done with it:
+  // completed on this rank, or handed to a device stream (done_state()).
   std::uint64_t watch_begin(const char* op, std::size_t count, DType type);
   void watch_end(std::uint64_t seq);
+  // What watch_end records: Completed (host collectives) or Enqueued (NCCL joined to a stream).
+  virtual FlightState done_state() const { return FlightState::Completed; }
   // The fingerprint exchange: 5 x uint64 per rank, host memory, recv in rank order. Default:
   // allgather_raw (communicators on host memory).
   virtual void fingerprint_allgather(const std::uint64_t* send, std::uint64_t* recv);
@@ -122,7 +130,12 @@ class Comm {
   CollectiveWatchdog* watchdog_ = nullptr;
   bool debug_collectives_ = false;
   std::uint64_t collectives_ = 0;  // issued on this communicator (the fingerprint's sequence)
-  std::vector<std::uint64_t> open_watches_;  // watchdog entries begun and not yet ended
+  FlightRing* flight_ = nullptr;
+  struct OpenWatch {
+    std::uint64_t seq;       // this communicator's
+    std::uint64_t watchdog;  // the watchdog's
+  };
+  std::vector<OpenWatch> open_watches_;  // watchdog entries begun and not yet ended
 };
 
 // Host-memory collectives over MPI_COMM_WORLD.

@@ -14,6 +14,12 @@ namespace mnist_ddp {
 void install_stop_handlers();
 // Makes signo (the --requeue-signal, SIGUSR1 by default) a stop signal like SIGTERM.
 void install_requeue_handler(int signo);
+// The flight recorder's dump pipe (-1: none). While set, the first stop signal and the dump
+// signal write their number to it (write(2) is async-signal-safe); the recorder's thread dumps.
+void set_flight_dump_pipe(int fd);
+// Makes signo (--flight-dump-signal, SIGUSR2 by default) write to the dump pipe and nothing else:
+// the run goes on.
+void install_dump_handler(int signo);
 // "USR1" -> SIGUSR1 etc. for the signals --requeue-signal accepts (USR1, USR2, TERM, HUP); 0
 // for anything else.
 int parse_signal(const std::string& name);

@@ -11,6 +11,7 @@
 #include "mnist_ddp/app/cli.hpp"
 #include "mnist_ddp/dist/reducer.hpp"
 #include "mnist_ddp/runtime/log.hpp"
+#include "mnist_ddp/train/step_phases.hpp"
 
 namespace mnist_ddp {
 
@@ -60,6 +61,8 @@ class Reporter {
   void train_window(const StepPosition& at, const WindowFigures& w);
   void eval(const StepPosition& at, const EvalResult& e);
   void comm_epoch(const StepPosition& at, const CommFigures& c);
+  // The epoch's median step split into phases (this rank's `steps` steps; CPU).
+  void step_phases(const StepPosition& at, std::size_t steps, const PhaseSeconds& median);
   void epoch(const StepPosition& at, bool done, const EvalResult& e, double train_s,
              double images_per_s, std::uint64_t comm_bytes);
   void checkpoint(const StepPosition& at, const std::string& path, const char* why,

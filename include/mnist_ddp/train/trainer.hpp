@@ -20,6 +20,7 @@
 #include "mnist_ddp/ops/step_graph.hpp"
 #include "mnist_ddp/runtime/log.hpp"
 #include "mnist_ddp/train/report.hpp"
+#include "mnist_ddp/train/step_phases.hpp"
 #include "mnist_ddp/train/stopwatch.hpp"
 
 namespace mnist_ddp {
@@ -53,10 +54,11 @@ class Trainer {
   // collectives on the model's memory (the same MpiComm on CPU; NCCL or host-staged MPI on GPU).
   // The data splits must already be loaded into ops (Ops::load_dataset). local_comm: this rank's
   // node-local group, for post-local SGD (--local-sgd-start). thread_comm: the communication
-  // thread's communicator (threaded_comm.hpp; --overlap-engine thread).
+  // thread's communicator (threaded_comm.hpp; --overlap-engine thread). flight: told each step's
+  // number, so its records say which step a collective belonged to.
   Trainer(const Config& cfg, Comm& comm, Comm& data_comm, Ops& ops, ConvNet& model,
           const DataSplit& data, Logger& log, Comm* local_comm = nullptr,
-          Comm* thread_comm = nullptr);
+          Comm* thread_comm = nullptr, FlightRecorder* flight = nullptr);
   ~Trainer();
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;
@@ -83,6 +85,8 @@ class Trainer {
   // code): the step counter, and the counts derived from it (BN num_batches_tracked, the
   // optimizer's steps, the Reducer's bytes), the position and the window.
   void end_step(int n);
+  // The end of a phase of the step being assembled (step_phases.hpp; CPU steps only).
+  void mark(Phase p);
   // After each step in run(): replica check, progress, log window, the agreed stop signal,
   // --checkpoint-every, --eval-every. Returns the stop signal (0: go on).
   int after_step(std::int64_t first_step);
@@ -107,6 +111,7 @@ class Trainer {
   Comm& comm_;
   Comm& data_comm_;
   Comm* local_comm_;
+  FlightRecorder* flight_;
   Ops& ops_;
   ConvNet& model_;
   const DataSplit& data_;
@@ -134,8 +139,10 @@ class Trainer {
   std::int64_t offset_ = 0;  // samples of epoch_ this rank has consumed
   std::int64_t last_checkpoint_step_ = -1;
   std::string last_checkpoint_;
-  Stopwatch clock_;          // training time of this run (no evaluation, no checkpoints)
-  std::int64_t images_ = 0;  // global training images of this run
+  Stopwatch clock_;           // training time of this run (no evaluation, no checkpoints)
+  StepPhases phases_;         // where each step's time goes (the epoch's medians)
+  bool time_phases_ = false;  // host clocks time the step: the CPU backend
+  std::int64_t images_ = 0;   // global training images of this run
   std::chrono::steady_clock::time_point last_progress_{};  // the last progress line
   double window_loss_ = 0;
   std::int64_t window_images_ = 0;

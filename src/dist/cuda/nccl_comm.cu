@@ -185,6 +185,10 @@ class NcclComm final : public Comm {
   // A capture that failed part-way took requests that never ran: the eager rerun starts at 0.
   // Ending the compute stream's capture releases the NCCL stream forked into it; should it still
   // be capturing (the failure came before the join), its part is ended and dropped here.
+  // Bound, the host only enqueues: the GPU completes the collective later.
+  FlightState done_state() const override {
+    return compute_ != nullptr ? FlightState::Enqueued : FlightState::Completed;
+  }
   void rewind_step() override {
     next_request_ = waited_ = 0;
     abandon_capture(stream_);

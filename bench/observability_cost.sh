@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# observability_cost.sh — what the always-on flight recorder costs (target: <= 1% of
+# throughput). Two measurements in one run:
+#  1. the job: mnist_ddp on RANKS CPU ranks for EPOCHS epochs with --flight-recorder 0 (off) and
+#     with the default ring (on), ROUNDS times each, interleaved (off, on, off, ...) so the
+#     machine's drifts hit both alike; prints the median images/s of each and the ratio on/off.
+#     On 2 shared cores run-to-run noise is a few percent, so this bounds the cost only coarsely;
+#  2. the mechanism: comm_bench's BM_FlightRecord (ns to record one collective) x the collectives
+#     one training step issues (counted from a real dump: the collectives of step 2 in rank 0's
+#     recorder, dumped by its watchdog) / the measured time per step: the cost as a fraction of a
+#     step, resolved far below the noise of (1).
+#   bench/observability_cost.sh [EPOCHS] [RANKS] [ROUNDS]      (defaults 1 2 5)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+EPOCHS="${1:-1}" RANKS="${2:-2}" ROUNDS="${3:-5}"
+# shellcheck source=/dev/null
+source tests/mpi_env.sh
+[[ -x ./mnist_ddp && -x build/bench/comm_bench ]] || make -j2 all build/bench/comm_bench >/dev/null
+OUTDIR="bench/results/observability"
+rm -rf "$OUTDIR" && mkdir -p "$OUTDIR"
+COMMON=(--device cpu --data data/dataset --epochs "$EPOCHS" --progress off --checkpoint-dir "$OUTDIR/ckpt")
+ips() { grep -o "at [0-9]* img/s" "$1" | grep -o "[0-9]*"; }
+median() { sort -n | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+for ((r = 1; r <= ROUNDS; r++)); do
+  for mode in off on; do
+    flag=(--flight-recorder 2000)
+    [[ $mode == off ]] && flag=(--flight-recorder 0)
+    log="$OUTDIR/$mode-r$r.out"
+    mpirun -np "$RANKS" ./mnist_ddp "${COMMON[@]}" "${flag[@]}" --log-dir "$OUTDIR/log-$mode-r$r" >"$log" 2>&1
+    echo "== round $r/$ROUNDS flight recorder $mode: $(ips "$log") img/s"
+  done
+done
+off=$(for f in "$OUTDIR"/off-r*.out; do ips "$f"; done | median)
+on=$(for f in "$OUTDIR"/on-r*.out; do ips "$f"; done | median)
+
+# (2) The mechanism's cost.
+ns=$(mpirun -np 1 build/bench/comm_bench --benchmark_filter=BM_FlightRecord --benchmark_format=csv 2>/dev/null |
+  awk -F, '/BM_FlightRecord/ { print $4 }')
+mpirun -np "$RANKS" ./mnist_ddp "${COMMON[@]}" --max-steps 20 --debug-hang-rank 1 --collective-timeout 2 \
+  --log-dir "$OUTDIR/count" >"$OUTDIR/count.out" 2>&1 || true
+per_step=$(python3 -c "
+import json, sys
+d = json.load(open(sys.argv[1]))
+print(sum(1 for c in d['communicators'] for e in c['entries'] if e['step'] == 2))" "$OUTDIR/count/flight-rank0.json")
+ms_step=$(awk -v ips="$on" -v r="$RANKS" 'BEGIN { printf "%.3f", 100 * r / ips * 1000 }')
+
+printf '\n%-34s %10s\n' "" "images/s (median of $ROUNDS interleaved)"
+printf '%-34s %10s\n' "--flight-recorder 0 (off)" "$off" "--flight-recorder 2000 (default)" "$on"
+awk -v a="$on" -v b="$off" 'BEGIN { printf "ratio on / off: %.4f (%+.2f%%; run-to-run noise on 2 shared cores is a few %%)\n", a / b, (a / b - 1) * 100 }'
+awk -v ns="$ns" -v n="$per_step" -v ms="$ms_step" 'BEGIN {
+  printf "mechanism: %.1f ns per recorded collective x %d collectives per step / %.3f ms per step = %.5f%% of a step\n",
+         ns, n, ms, ns * n / (ms * 1e6) * 100 }'

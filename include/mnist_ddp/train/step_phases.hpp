@@ -1,0 +1,49 @@
+// step_phases.hpp — where a training step's time goes: each step split into data (gather the
+// batch, broadcast BN buffers), forward (+ loss), backward (with the bucket all-reduces started
+// inside it), exposed communication (waiting for the all-reduces after backward) and the optimizer,
+// timed on the host at the phase boundaries of the step's one assembly (Trainer::enqueue_step).
+// Each epoch reports the median of every phase over its steps. Host clocks time a CPU step; on a
+// GPU they would time the enqueue, so the trainer does not time GPU steps.
+#pragma once
+
+#include <array>
+#include <chrono>
+#include <cstddef>
+#include <vector>
+
+#include "mnist_ddp/runtime/enum_names.hpp"
+
+namespace mnist_ddp {
+
+enum class Phase { Data, Forward, Backward, Comm, Optimizer };
+inline constexpr std::size_t kPhases = 5;
+inline constexpr std::array<NameOf<Phase>, kPhases> kPhaseNames{{{Phase::Data, "data"},
+                                                                 {Phase::Forward, "forward"},
+                                                                 {Phase::Backward, "backward"},
+                                                                 {Phase::Comm, "comm"},
+                                                                 {Phase::Optimizer, "optimizer"}}};
+
+// Seconds per phase, indexed by Phase.
+using PhaseSeconds = std::array<double, kPhases>;
+
+class StepPhases {
+ public:
+  using Clock = std::chrono::steady_clock;
+  // A step starts now.
+  void begin();
+  // Phase p ended now (it began at the previous mark, or at begin()). Phases are marked in order;
+  // a phase not marked in a step counts 0 for it.
+  void mark(Phase p);
+  // The step ended: its phases join the samples.
+  void end();
+  std::size_t steps() const { return samples_[0].size(); }
+  // The median of each phase over the steps since the last take (zeros when none); clears them.
+  PhaseSeconds take_medians();
+
+ private:
+  Clock::time_point last_{};
+  PhaseSeconds current_{};
+  std::array<std::vector<double>, kPhases> samples_;
+};
+
+}  // namespace mnist_ddp
