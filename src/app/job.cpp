@@ -35,7 +35,7 @@ int exit_status_of(int rank, const std::function<int()>& body,
     return e.exit_code();
   } catch (const std::exception& e) {
     // Unexpected on this rank only: the others may be inside a collective, so end the whole job.
-    on_failure(std::string("internal error: ") + e.what());
+    // (fail_internal runs the fatal hook: the flight recorder dumps there.)
     fail_internal(e.what(), __FILE__, __LINE__);
   }
 }

@@ -119,6 +119,7 @@ std::uint64_t Comm::watch_begin(const char* op, std::size_t count, DType type) {
 }
 
 void Comm::watch_end(std::uint64_t seq) {
+  if (seq == 0) return;  // already ended (a request completed in test(), then waited)
   if (flight_ != nullptr) flight_->end(seq, done_state());
   if (watchdog_ == nullptr) return;
   const auto it = std::find_if(open_watches_.begin(), open_watches_.end(),

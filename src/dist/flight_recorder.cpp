@@ -67,13 +67,15 @@ FlightRecorder::FlightRecorder(int rank, int world, std::string host)
 
 FlightRecorder::~FlightRecorder() {
   if (!dumper_.joinable()) return;
+  set_fatal_hook(nullptr, nullptr);
   set_flight_dump_pipe(-1);  // no handler writes to the pipe from here on
   const char stop = 0;
   // Wakes the dump thread with "stop" (0 is no signal number).
   if (write(pipe_[1], &stop, 1) != 1) std::perror("mnist_ddp: flight recorder pipe");
   dumper_.join();
-  close(pipe_[0]);
-  close(pipe_[1]);
+  // The pipe stays open until the process ends: a handler on another thread may have read the
+  // fd just before it was cleared and still write to it (closed, that write could hit a reused
+  // fd or raise SIGPIPE). One recorder per process: two fds.
 }
 
 FlightRing* FlightRecorder::open(const std::string& name, int size) {
@@ -100,14 +102,27 @@ void FlightRecorder::arm(std::size_t capacity, const std::string& dir, int dump_
     capacity_ = capacity;
     dir_ = dir;
   }
+  // The dump signal never kills the rank, even with the recorder off: without a pipe its
+  // handler does nothing.
+  install_dump_handler(dump_signal);
   if (capacity == 0) return;
-  if (pipe2(pipe_, O_CLOEXEC) != 0) {
+  // A dump from an earlier run in the same --log-dir would read as this run's.
+  const std::string mine = dir + "/flight-rank" + std::to_string(rank_) + ".json";
+  std::error_code ignored;
+  std::filesystem::remove(mine, ignored);
+  std::filesystem::remove(mine + ".tmp", ignored);
+  // Non-blocking write end: a handler never blocks on a full pipe (a lost byte is a lost
+  // duplicate request: the thread is dumping already).
+  if (pipe2(pipe_, O_CLOEXEC) != 0 || fcntl(pipe_[1], F_SETFL, O_NONBLOCK) != 0) {
     std::perror("mnist_ddp: flight recorder pipe (the dump signal stays off)");
     return;
   }
   dumper_ = std::thread([this] { dump_loop(); });
   set_flight_dump_pipe(pipe_[1]);
-  install_dump_handler(dump_signal);
+  // A fatal library or internal error dumps too, before it aborts the job.
+  set_fatal_hook(
+      [](const std::string& why, void* self) { static_cast<FlightRecorder*>(self)->dump(why); },
+      this);
 }
 
 void FlightRecorder::dump_loop() {

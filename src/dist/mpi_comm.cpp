@@ -2,6 +2,7 @@
 // host memory.
 #include <mpi.h>
 
+#include <utility>
 #include <vector>
 
 #include "dist/mpi_types.hpp"
@@ -41,14 +42,17 @@ class MpiComm final : public Comm {
     if (r == MPI_REQUEST_NULL) return true;
     int done = 0;
     MPI_CHECK(MPI_Test(&r, &done, MPI_STATUS_IGNORE));
-    if (done != 0) watch_end(watched_[static_cast<std::size_t>(request)]);
+    if (done != 0) {
+      // Ended once, here, when it completed (wait() then finds 0 and records nothing).
+      watch_end(std::exchange(watched_[static_cast<std::size_t>(request)], 0));
+    }
     return done != 0;
   }
   void wait(int request) override {
     if (request < 0) return;
     MPI_Request& r = requests_[static_cast<std::size_t>(request)];
     if (r != MPI_REQUEST_NULL) MPI_CHECK(MPI_Wait(&r, MPI_STATUS_IGNORE));
-    watch_end(watched_[static_cast<std::size_t>(request)]);
+    watch_end(std::exchange(watched_[static_cast<std::size_t>(request)], 0));
     // All of a step's requests are waited for before the next step starts new ones.
     bool all_done = true;
     for (const auto& q : requests_) all_done = all_done && q == MPI_REQUEST_NULL;

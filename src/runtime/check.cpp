@@ -4,6 +4,7 @@
 #include <hdf5.h>
 #include <mpi.h>
 
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 
@@ -11,7 +12,22 @@ namespace mnist_ddp {
 namespace {
 int g_rank = -1;
 std::string g_host = "?";
+// Set while the recorder lives; read by whichever thread fails.
+std::atomic<FatalHook> g_fatal_hook{nullptr};
+std::atomic<void*> g_fatal_context{nullptr};
+std::atomic<bool> g_fatal_hook_ran{false};
+
+void run_fatal_hook(const std::string& why) {
+  const FatalHook hook = g_fatal_hook.load();
+  // Once: a failure inside the hook, or a second thread failing, goes straight to the abort.
+  if (hook != nullptr && !g_fatal_hook_ran.exchange(true)) hook(why, g_fatal_context.load());
+}
 }  // namespace
+
+void set_fatal_hook(FatalHook hook, void* context) {
+  g_fatal_context.store(context);
+  g_fatal_hook.store(hook);
+}
 
 void set_error_identity(int rank, const std::string& host) {
   g_rank = rank;
@@ -26,6 +42,7 @@ void set_error_identity(int rank, const std::string& host) {
   std::fprintf(stderr, "mnist_ddp: fatal MPI error on rank %d (host %s): %s failed at %s:%d: %s\n",
                g_rank, g_host.c_str(), expr, file, line, text);
   std::fflush(stderr);
+  run_fatal_hook(std::string("fatal MPI error: ") + expr + ": " + text);
   int initialized = 0;
   MPI_Initialized(&initialized);
   if (initialized) MPI_Abort(MPI_COMM_WORLD, 1);
@@ -36,6 +53,7 @@ void set_error_identity(int rank, const std::string& host) {
   std::fprintf(stderr, "mnist_ddp: internal error on rank %d (host %s) at %s:%d: %s\n", g_rank,
                g_host.c_str(), file, line, what.c_str());
   std::fflush(stderr);
+  run_fatal_hook("internal error: " + what);
   int initialized = 0;
   MPI_Initialized(&initialized);
   if (initialized) MPI_Abort(MPI_COMM_WORLD, 1);

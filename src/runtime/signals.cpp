@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <csignal>
 #include <cstdint>
@@ -11,10 +12,12 @@ namespace mnist_ddp {
 namespace {
 
 volatile std::sig_atomic_t g_signal = 0;
-volatile std::sig_atomic_t g_dump_fd = -1;
+// Set by the recorder's thread of control, read by handlers on any thread: a lock-free atomic.
+std::atomic<int> g_dump_fd{-1};
+static_assert(std::atomic<int>::is_always_lock_free, "read from a signal handler");
 
 void poke_dump_pipe(int signo) {
-  const int fd = g_dump_fd;
+  const int fd = g_dump_fd.load();
   if (fd < 0) return;
   const unsigned char byte = static_cast<unsigned char>(signo);
   const int saved = errno;  // a handler must leave errno as it found it
@@ -55,7 +58,7 @@ void install_requeue_handler(int signo) {
 }
 
 void set_flight_dump_pipe(int fd) {
-  g_dump_fd = fd;
+  g_dump_fd.store(fd);
 }
 
 void install_dump_handler(int signo) {

@@ -112,7 +112,8 @@ void Reporter::step_phases(const StepPosition& at, std::size_t steps, const Phas
   double sum = 0;
   for (const double s : m) sum += s;
   log_.info(fmt::format(
-      "step time epoch {} (rank 0, median of {} steps): {:.2f} ms = data {:.2f} + forward {:.2f} "
+      "step time epoch {} (rank 0, per-phase medians over {} steps): {:.2f} ms = data {:.2f} + "
+      "forward {:.2f} "
       "+ backward {:.2f} + exposed comm {:.2f} + optimizer {:.2f} ms",
       at.epoch + 1, steps, 1e3 * sum, ms(Phase::Data), ms(Phase::Forward), ms(Phase::Backward),
       ms(Phase::Comm), ms(Phase::Optimizer)));

@@ -39,11 +39,12 @@ else
   fail "exited_rank rc=$RC analyzer=$ARC" "$(show)" "$(cat "$TMP/exit_rank.verdict")"
 fi
 
-# 3. A desync: rank 1 issues an extra 2 x i32 all-reduce before step 3; --debug-collectives
-#    catches it on every rank, each dumps with the error, the analyzer names rank 1.
-run desync 120 mpirun -np 2 "$BIN" "${COMMON[@]}" --max-steps 20 --debug-desync-rank 1 --debug-collectives --log-dir "$TMP/d" --checkpoint-dir "$TMP/dc"
+# 3. A desync on 3 ranks (a majority tells the odd one out): rank 1 issues an extra 2 x i32
+#    all-reduce before step 3; --debug-collectives catches it on every rank, each dumps with the
+#    error, the analyzer names rank 1.
+run desync 120 mpirun --oversubscribe -np 3 "$BIN" "${COMMON[@]}" --max-steps 20 --debug-desync-rank 1 --debug-collectives --log-dir "$TMP/d" --checkpoint-dir "$TMP/dc"
 analyze desync "$TMP/d"
-if [[ $RC -ne 0 && $ARC -eq 1 && -f "$TMP/d/flight-rank0.json" && -f "$TMP/d/flight-rank1.json" ]] &&
+if [[ $RC -ne 0 && $ARC -eq 1 && $(ls "$TMP"/d/flight-rank*.json | wc -l) -eq 3 ]] &&
    grep -q "the ranks disagree on their next collective" "$ERR" &&
    VERDICT desync | grep -q "^verdict: DESYNC on communicator 'world' at collective #[0-9]*: rank 1 issues #[0-9]* allreduce 2 x i32 (step 3), while rank 0 (and the others) issue #[0-9]* [a-z]* [0-9]* x f32 (step 3). Look at rank 1 (host"; then
   pass "desync_named_by_the_analyzer ($(VERDICT desync | cut -c1-120)...)"

@@ -2,6 +2,8 @@
 // dump is one parseable file written whole; the dump signal writes one and the process goes on.
 #include "mnist_ddp/dist/flight_recorder.hpp"
 
+#include "mnist_ddp/runtime/check.hpp"
+
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -122,6 +124,44 @@ TEST(FlightRecorder, DumpSignalWritesADumpAndTheProcessGoesOn) {
   }
   // The recorder is gone and its handler writes nowhere: the signal is harmless now.
   signal(SIGUSR2, SIG_IGN);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(FlightRecorder, ArmingRemovesThisRanksDumpFromAnEarlierRun) {
+  const std::string dir = temp_dir("stale");
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/flight-rank2.json") << "{}";
+  std::ofstream(dir + "/flight-rank2.json.tmp") << "{";
+  std::ofstream(dir + "/flight-rank3.json") << "{}";  // another rank's: its own recorder's
+  {
+    FlightRecorder rec(2, 4, "h");
+    rec.arm(4, dir, SIGUSR2);
+    EXPECT_FALSE(std::filesystem::exists(dir + "/flight-rank2.json"));
+    EXPECT_FALSE(std::filesystem::exists(dir + "/flight-rank2.json.tmp"));
+    EXPECT_TRUE(std::filesystem::exists(dir + "/flight-rank3.json"));
+  }
+  std::filesystem::remove_all(dir);
+}
+
+TEST(FlightRecorder, TheDumpSignalNeverKillsARankWithTheRecorderOff) {
+  FlightRecorder rec(0, 1, "h");
+  rec.arm(0, temp_dir("off_signal"), SIGUSR2);
+  ASSERT_EQ(raise(SIGUSR2), 0);  // default action would end the process; the handler ignores it
+  EXPECT_FALSE(rec.on());
+}
+
+TEST(FlightRecorderDeathTest, AFatalInternalErrorDumpsBeforeTheJobEnds) {
+  const std::string dir = temp_dir("fatal");
+  // Armed here, so the forked child only dumps (a child of a threaded process must not start
+  // threads: ThreadSanitizer forbids it).
+  FlightRecorder rec(0, 1, "h");
+  rec.arm(4, dir, SIGUSR2);
+  rec.open("world", 1)->begin(1, "allreduce", 3, DType::F32);
+  EXPECT_EXIT(fail_internal("a broken invariant", __FILE__, __LINE__), testing::ExitedWithCode(1),
+              "internal error");
+  const nlohmann::json j = read_json(dir + "/flight-rank0.json");
+  EXPECT_EQ(j["reason"], "internal error: a broken invariant");
+  EXPECT_EQ(j["communicators"][0]["entries"][0]["state"], "started");
   std::filesystem::remove_all(dir);
 }
 

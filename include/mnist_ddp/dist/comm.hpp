@@ -107,7 +107,7 @@ class Comm {
   // Around a collective (the typed front does it; subclasses for their non-blocking starts):
   // the flight recorder's entry, the fingerprint check, then the watchdog's registration; returns
   // the collective's number on this communicator. watch_end when the host is done with it:
-  // completed on this rank, or handed to a device stream (done_state()).
+  // completed on this rank, or handed to a device stream (done_state()). seq 0: nothing.
   std::uint64_t watch_begin(const char* op, std::size_t count, DType type);
   void watch_end(std::uint64_t seq);
   // What watch_end records: Completed (host collectives) or Enqueued (NCCL joined to a stream).

@@ -30,6 +30,11 @@ class UserError : public std::runtime_error {
 // Records who we are so fatal messages can say "rank r on host h".
 void set_error_identity(int rank, const std::string& host);
 
+// A last word before a fatal error (fail_mpi, fail_internal, the CUDA/NCCL checks) aborts the job:
+// the flight recorder's dump. Called at most once, with the error's text; nullptr: none.
+using FatalHook = void (*)(const std::string& why, void* context);
+void set_fatal_hook(FatalHook hook, void* context);
+
 // A failed HDF5 call: the expression and HDF5's own error stack. Thrown (not fatal) because the
 // checkpoint code turns it into a UserError naming the file (full disk, corrupt file, ...).
 class Hdf5Error : public std::runtime_error {
