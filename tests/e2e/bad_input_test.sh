@@ -58,6 +58,11 @@ expect_error requeue_signal_unknown "--requeue-signal" --requeue-signal KILL
 expect_error collective_timeout_negative "--collective-timeout" --collective-timeout -1
 expect_error powersgd_min_rate_negative "--powersgd-min-compression-rate" --powersgd-min-compression-rate -2
 expect_error debug_hang_rank_negative "--debug-hang-rank" --debug-hang-rank -5
+expect_error flight_recorder_negative "--flight-recorder" --flight-recorder -1
+expect_error flight_recorder_not_a_number "--flight-recorder" --flight-recorder lots
+expect_error flight_dump_signal_unknown "--flight-dump-signal" --flight-dump-signal KILL
+expect_error flight_dump_signal_is_the_requeue_signal "--flight-dump-signal USR1 and --requeue-signal USR1" --flight-dump-signal USR1
+expect_error debug_desync_without_fingerprints "add --debug-collectives" --debug-desync-rank 1
 MNIST_DDP_TEST_RANKS_PER_NODE=abc expect_error ranks_per_node_seam_garbage "MNIST_DDP_TEST_RANKS_PER_NODE=abc" --local-sgd-start 5
 expect_error cuda_graphs_unknown "--cuda-graphs" --cuda-graphs maybe
 expect_error cpu_kernels_unknown "--cpu-kernels" --cpu-kernels gpu

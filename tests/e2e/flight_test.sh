@@ -3,7 +3,8 @@
 # each failure leaves flight-rank<R>.json dumps in --log-dir from which tools/flight_analyze names
 # the rank to look at: a stuck rank (--debug-hang-rank), a rank that exits (--debug-exit-rank), a
 # desync (--debug-desync-rank); the dump signal on a healthy run dumps every rank, the run goes
-# on to the end, and the verdict is "no problem found".
+# on to the end, and the verdict is "no problem found"; without a readable dump the analyzer
+# says so and exits 2.
 source "$(dirname "$0")/lib.sh"
 DATA="$REPO/data/dataset"
 COMMON=(--device cpu --data "$DATA" --epochs 1 --progress off)
@@ -81,7 +82,20 @@ else
   fail "healthy dump rc=$RC analyzer=$ARC pids='$pids'" "$(show)" "$(cat "$TMP/healthy.verdict")"
 fi
 
-# 5. Off means off: --flight-recorder 0 writes no dump, even on the dump signal's cause.
+# 5. The analyzer on a directory without dumps, or with a damaged one: one clear message, exit 2
+#    (a damaged dump is skipped and named).
+mkdir -p "$TMP/empty" "$TMP/damaged" && echo '{"rank": 0, "world": 2, "com' >"$TMP/damaged/flight-rank0.json"
+analyze empty "$TMP/empty"
+analyze damaged "$TMP/damaged"
+if [[ $ARC -eq 2 ]] && grep -q "no flight-rank<R>.json in $TMP/empty" "$TMP/empty.verdict" &&
+   grep -q "skipped unreadable dump $TMP/damaged/flight-rank0.json" "$TMP/damaged.verdict" &&
+   grep -q "no flight-rank<R>.json in $TMP/damaged" "$TMP/damaged.verdict"; then
+  pass "analyzer_without_a_readable_dump_says_so_and_exits_2"
+else
+  fail "analyzer_bad_input arc=$ARC" "$(cat "$TMP/empty.verdict" "$TMP/damaged.verdict")"
+fi
+
+# 6. Off means off: --flight-recorder 0 writes no dump, even when a desync ends the run.
 run off 120 mpirun -np 2 "$BIN" "${COMMON[@]}" --max-steps 20 --debug-desync-rank 1 --debug-collectives --flight-recorder 0 --log-dir "$TMP/off" --checkpoint-dir "$TMP/offc"
 if [[ $RC -ne 0 ]] && ! ls "$TMP"/off/flight-rank*.json >/dev/null 2>&1; then
   pass "flight_recorder_0_writes_no_dump"
