@@ -24,6 +24,7 @@
 #include "mnist_ddp/runtime/check.hpp"
 #include "mnist_ddp/runtime/device.hpp"
 #include "mnist_ddp/runtime/runtime.hpp"
+#include "mnist_ddp/runtime/trace.hpp"
 
 namespace {
 
@@ -152,6 +153,28 @@ void BM_FlightRecord(benchmark::State& st) {
   benchmark::DoNotOptimize(seq);
 }
 
+// The timeline's cost per span (--trace, trace.hpp): arg 0 = tracing off (what every run pays:
+// one branch per span), 1 = on and inside the window (two host stamps and the span's record),
+// each step of 64 spans read back as the trainer does. bench/trace_cost.sh turns it into a
+// fraction of a step.
+void BM_TraceSpan(benchmark::State& st) {
+  const bool on = st.range(0) != 0;
+  const std::unique_ptr<StampClock> clock = make_host_stamp_clock();
+  Tracer tracer(*clock, on, TraceWindow{0, std::int64_t{1} << 62});
+  std::int64_t step = 0;
+  int in_step = 0;
+  tracer.begin_step(step, false);
+  for (auto _ : st) {
+    { const TraceScope span(&tracer, "forward layer1", Track::Compute, SpanArgs{.layer = 0}); }
+    if (++in_step == 64) {
+      tracer.end_step(Tracer::Ran::Eager, 100);
+      tracer.begin_step(++step, false);
+      in_step = 0;
+    }
+  }
+  benchmark::DoNotOptimize(tracer.events().size());
+}
+
 BENCHMARK(BM_AllreduceMpi)
     ->RangeMultiplier(4)
     ->Range(4 << 10, 16 << 20)
@@ -163,6 +186,7 @@ BENCHMARK(BM_AllreduceNccl)
     ->Iterations(50)
     ->UseManualTime();
 BENCHMARK(BM_FlightRecord);
+BENCHMARK(BM_TraceSpan)->Arg(0)->Arg(1)->Iterations(640000);  // on: 10,000 steps of events
 BENCHMARK(BM_Encode16Decode16)
     ->Arg(static_cast<int>(Compression::Fp16))
     ->Arg(static_cast<int>(Compression::Bf16));

@@ -13,25 +13,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 EPOCHS="${1:-1}" RANKS="${2:-2}" ROUNDS="${3:-5}"
-# shellcheck source=/dev/null
-source tests/mpi_env.sh
-[[ -x ./mnist_ddp && -x build/bench/comm_bench ]] || make -j2 all build/bench/comm_bench >/dev/null
-OUTDIR="bench/results/observability"
-rm -rf "$OUTDIR" && mkdir -p "$OUTDIR"
-COMMON=(--device cpu --data data/dataset --epochs "$EPOCHS" --progress off --checkpoint-dir "$OUTDIR/ckpt")
-ips() { grep -o "at [0-9]* img/s" "$1" | grep -o "[0-9]*"; }
-median() { sort -n | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
-for ((r = 1; r <= ROUNDS; r++)); do
-  for mode in off on; do
-    flag=(--flight-recorder 2000)
-    [[ $mode == off ]] && flag=(--flight-recorder 0)
-    log="$OUTDIR/$mode-r$r.out"
-    mpirun -np "$RANKS" ./mnist_ddp "${COMMON[@]}" "${flag[@]}" --log-dir "$OUTDIR/log-$mode-r$r" >"$log" 2>&1
-    echo "== round $r/$ROUNDS flight recorder $mode: $(ips "$log") img/s"
-  done
-done
-off=$(for f in "$OUTDIR"/off-r*.out; do ips "$f"; done | median)
-on=$(for f in "$OUTDIR"/on-r*.out; do ips "$f"; done | median)
+source bench/on_off_lib.sh
+on_off_setup observability
+flags_for() { FLAGS=(--flight-recorder 2000); [[ $1 == off ]] && FLAGS=(--flight-recorder 0); return 0; }
+run_on_off
+off=$OFF on=$ON
 
 # (2) The mechanism's cost.
 ns=$(mpirun -np 1 build/bench/comm_bench --benchmark_filter=BM_FlightRecord --benchmark_format=csv 2>/dev/null |

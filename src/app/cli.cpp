@@ -11,6 +11,7 @@
 
 #include "mnist_ddp/runtime/check.hpp"
 #include "mnist_ddp/runtime/signals.hpp"
+#include "mnist_ddp/runtime/trace.hpp"
 
 namespace mnist_ddp {
 namespace {
@@ -188,6 +189,14 @@ void build(CLI::App& app, Config& c, EnumText& t) {
                  "signal that dumps the flight recorder and keeps running (inspect a live hang: "
                  "scancel --signal=USR2 JOBID, or kill -USR2 PID); USR1 | USR2 | HUP")
       ->check(CLI::IsMember({"USR1", "USR2", "HUP"}));
+  app.add_option("--trace", c.trace,
+                 "write a timeline of the run to FILE (Chrome trace-event JSON for ui.perfetto.dev "
+                 "or chrome://tracing): per rank a compute and a communication track with each "
+                 "step, data, forward/backward per layer, every bucket's all-reduce, the "
+                 "optimizer, evaluation, checkpoints and stops; rank 0 writes it at the end");
+  app.add_option("--trace-steps", c.trace_steps,
+                 "the steps --trace records, A:B = steps A to B-1 of the step counter (default: "
+                 "50 steps after 10 warm-up steps of this run)");
   app.add_option("--debug-sample-log", c.debug_sample_log,
                  "testing: each rank appends the training-set indices it trains on, one per line, "
                  "to DIR/samples-epoch<E>-rank<R>.txt (the data-split check)");
@@ -275,6 +284,14 @@ ParseOutcome parse_cli(int argc, char** argv, Config& cfg, bool print) {
         "--flight-dump-signal {0} and --requeue-signal {0}: one signal cannot both dump the "
         "flight recorder and stop the run; give them different signals (defaults: USR2, USR1)",
         text.flight_dump_signal));
+  }
+  if (!cfg.trace_steps.empty() && !parse_trace_window(cfg.trace_steps)) {
+    throw UserError(fmt::format(
+        "--trace-steps {}: give A:B, two step numbers with 0 <= A < B (e.g. --trace-steps 100:150)",
+        cfg.trace_steps));
+  }
+  if (!cfg.trace_steps.empty() && cfg.trace.empty()) {
+    throw UserError("--trace-steps bounds the timeline of --trace FILE: add --trace FILE");
   }
   if (cfg.debug_desync_rank >= 0 && !cfg.debug_collectives) {
     throw UserError(
@@ -395,6 +412,8 @@ std::string config_json(const Config& c) {
                             {"requeue_signal", signal_name(c.requeue_signal)},
                             {"flight_recorder", c.flight_recorder},
                             {"flight_dump_signal", signal_name(c.flight_dump_signal)},
+                            {"trace", c.trace},
+                            {"trace_steps", c.trace_steps},
                             {"overlap_engine", name_in(kOverlapEngineNames, c.overlap_engine)},
                             {"local_sgd_start", c.local_sgd_start},
                             {"local_sgd_period", c.local_sgd_period},

@@ -34,7 +34,7 @@ int evaluate_only(Comm& control, Trainer& trainer, const DataSplit& data, std::i
 }
 
 int train_and_report(Comm& control, const Config& cfg, Trainer& trainer, const DataSplit& data,
-                     Logger& log) {
+                     Logger& log, const TraceFile* trace) {
   log.info(fmt::format(
       "training: {} epoch(s) x {} steps/epoch = {} steps{}, batch {} per rank "
       "({} global), lr {}",
@@ -43,6 +43,12 @@ int train_and_report(Comm& control, const Config& cfg, Trainer& trainer, const D
                                                                      : "",
       cfg.batch_size, cfg.batch_size * control.size(), cfg.lr));
   TrainResult r = trainer.run();
+  if (trace != nullptr) {
+    // Collective: written before a requeue (Slurm may end these processes right after it).
+    write_trace(control, *trace);
+    log.info(fmt::format("trace: {} (steps {}:{}; open it in ui.perfetto.dev or chrome://tracing)",
+                         trace->path, trace->tracer.window().first, trace->tracer.window().last));
+  }
   if (r.stop_signal != 0) {
     log.info(fmt::format("stopped by {} at step {}; checkpoint {}; continue with --resume auto",
                          signal_name(r.stop_signal), r.steps, r.last_checkpoint));

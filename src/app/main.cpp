@@ -10,6 +10,7 @@
 #include "mnist_ddp/app/finish.hpp"
 #include "mnist_ddp/app/job.hpp"
 #include "mnist_ddp/app/resume.hpp"
+#include "mnist_ddp/app/trace_output.hpp"
 #include "mnist_ddp/dist/ddp.hpp"
 #include "mnist_ddp/model/model.hpp"
 #include "mnist_ddp/runtime/check.hpp"
@@ -35,6 +36,7 @@ int run(int argc, char** argv, int rank, int world, const MpiLocality& locality,
   announce(where, rank);
   flight.set_hosts(where.ranks);  // a dump names every rank's host, a silent peer's included
   const std::unique_ptr<Logger> log = open_log(comms.control(), cfg, *id);
+  if (!cfg.trace.empty()) check_trace_file(comms.control(), cfg.trace);  // collective
   DataSplit data = load_data(comms.control(), cfg, *id, where, *log);
   if (where.use_nccl) comms.open_nccl();  // collective: NCCL's id travels by MPI
   const std::unique_ptr<Ops> ops = make_device_ops(comms, cfg, where, data);
@@ -42,12 +44,19 @@ int run(int argc, char** argv, int rank, int world, const MpiLocality& locality,
   if (rank == 0) model.init(cfg.seed);
   broadcast_model(comms.data(), model, comms.control());  // collective: rank 0's weights
   open_extra_communicators(comms, cfg, *id, where, *ops, *log);
+  const std::unique_ptr<StampClock> clock = ops->make_stamp_clock();
+  Tracer tracer(*clock, !cfg.trace.empty(),
+                parse_trace_window(cfg.trace_steps).value_or(TraceWindow{}));
   Trainer trainer(cfg, comms.control(), comms.data(), *ops, model, data, *log, comms.local(),
-                  comms.thread(), &flight);
+                  comms.thread(), &flight, &tracer);
   const std::int64_t step =
       restore_start_state(comms.control(), cfg, data, *ops, model, trainer, *log);
   if (cfg.eval_only) return evaluate_only(comms.control(), trainer, data, step, *log);
-  return train_and_report(comms.control(), cfg, trainer, data, *log);
+  if (cfg.trace_steps.empty()) tracer.set_window(default_trace_window(step, trainer.total_steps()));
+  const TraceFile trace{tracer, cfg.trace, where.ranks,
+                        trace_other_data(cfg, tracer.window(), world)};
+  return train_and_report(comms.control(), cfg, trainer, data, *log,
+                          cfg.trace.empty() ? nullptr : &trace);
 }
 
 }  // namespace mnist_ddp

@@ -152,6 +152,10 @@ const char* Comm::transport() const {
   return "MPI";
 }
 
+void* Comm::collective_stream() const {
+  return nullptr;
+}
+
 void Comm::broadcast(std::span<float> d, int root) {
   count_bytes(d.size_bytes());
   const auto seq = watch_begin("broadcast", d.size(), DType::F32);

@@ -9,6 +9,9 @@
 
 namespace mnist_ddp {
 namespace {
+// The timeline's span names per bucket (a bucket holds at least one of the 3 layers).
+constexpr std::array<const char*, 3> kBucketSpans = {"allreduce bucket 0", "allreduce bucket 1",
+                                                     "allreduce bucket 2"};
 double now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
@@ -38,8 +41,10 @@ Reducer::Reducer(Comm& comm, ConvNet& model, std::size_t cap_bytes, bool overlap
       model_(model),
       overlap_(overlap),
       buckets_(make_buckets(model, cap_bytes)),
-      hook_(make_hook(compression, HookContext{buckets_, model, comm, powersgd})) {
+      hook_(make_hook(compression, HookContext{buckets_, model, comm, powersgd})),
+      hook_name_(name_in(kCompressionNames, compression)) {
   request_.assign(buckets_.size(), -1);
+  span_.assign(buckets_.size(), -1);
   started_at_.assign(buckets_.size(), 0);
   reset_buckets();
 }
@@ -65,8 +70,27 @@ void Reducer::reset_buckets() {
 void Reducer::launch(std::size_t b) {
   started_at_[b] = now();
   started_[b] = true;
+  if (tracer_ != nullptr) {
+    span_[b] =
+        tracer_->open(kBucketSpans[std::min<std::size_t>(b, kBucketSpans.size() - 1)], Track::Comm,
+                      SpanArgs{.bucket = static_cast<int>(b), .hook = hook_name_});
+  }
   request_[b] = hook_->start(*comm_, b, grads_of(b));
+  if (tracer_ != nullptr) {
+    tracer_->set_bytes(span_[b], static_cast<std::int64_t>(hook_->payload_bytes(b)));
+    if (void* stream = comm_->collective_stream()) {
+      // A GPU communicator: the all-reduce just enqueued on its stream ends the span there when
+      // it completes (the host only sees it once the compute stream has waited for it).
+      tracer_->close_on(span_[b], stream);
+      span_[b] = -1;
+    }
+  }
   launch_order_.push_back(static_cast<int>(b));
+}
+
+void Reducer::completed(std::size_t b) {
+  if (tracer_ != nullptr) tracer_->close(span_[b], Track::Comm);
+  span_[b] = -1;
 }
 
 void Reducer::layer_ready(int layer) {
@@ -81,6 +105,7 @@ void Reducer::layer_ready(int layer) {
     if (started_[b] && !done_[b] && comm_->test(request_[b])) {
       done_[b] = true;
       stats_.comm_seconds += now() - started_at_[b];
+      completed(b);
     }
   }
 }
@@ -88,7 +113,18 @@ void Reducer::layer_ready(int layer) {
 void Reducer::finish() {
   const double t0 = now();
   std::uint64_t payload = 0;
-  if (!overlap_ && hook_->reduce_arena(*comm_, model_.grads())) {
+  const int arena_span =
+      tracer_ != nullptr && !overlap_
+          ? tracer_->open("allreduce all gradients", Track::Comm, SpanArgs{.hook = hook_name_})
+          : -1;
+  const bool whole_arena = !overlap_ && hook_->reduce_arena(*comm_, model_.grads());
+  if (tracer_ != nullptr && !overlap_) {
+    // Without overlap, one span around the whole reduction (the arena at once, or the buckets
+    // one after the other, each its own span inside it).
+    tracer_->set_bytes(arena_span, static_cast<std::int64_t>(model_.grads().size_bytes()));
+    if (whole_arena) tracer_->close(arena_span, Track::Comm);
+  }
+  if (whole_arena) {
     launch_order_.clear();
     payload = hook_->payload_bytes(0);
     stats_.comm_seconds += now() - t0;
@@ -101,10 +137,14 @@ void Reducer::finish() {
     for (std::size_t b = 0; b < buckets_.size(); ++b) {
       MNIST_DDP_CHECK(started_[b], "a bucket's gradients were never reported ready");
       hook_->finish(*comm_, b, request_[b], grads_of(b));
-      if (!done_[b]) stats_.comm_seconds += now() - started_at_[b];
+      if (!done_[b]) {
+        stats_.comm_seconds += now() - started_at_[b];
+        completed(b);
+      }
       payload += hook_->payload_bytes(b);
     }
     hook_->end_step();
+    if (tracer_ != nullptr && !overlap_) tracer_->close(arena_span, Track::Comm);
   }
   stats_.exposed_seconds += now() - t0;
   last_payload_ = payload;

@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <optional>
 #include <vector>
 
 #include "mnist_ddp/model/rng.hpp"
@@ -11,6 +12,11 @@
 namespace mnist_ddp {
 
 namespace {
+// The timeline's span names per layer (0 layer1, 1 layer2, 2 fc).
+constexpr const char* kForwardSpans[ConvNet::kLayers] = {"forward layer1", "forward layer2",
+                                                         "forward fc"};
+constexpr const char* kBackwardSpans[ConvNet::kLayers] = {"backward layer1", "backward layer2",
+                                                          "backward fc"};
 constexpr double kBnEps = 1e-5;
 constexpr double kBnMomentum = 0.1;
 constexpr int kFcIn = 32 * 7 * 7;
@@ -154,6 +160,8 @@ const float* ConvNet::forward(const float* x, int n, Mode mode) {
   const float* in = x;  // [C][N][H][W]; for the input C = 1 so NCHW == CNHW
   for (std::size_t bi = 0; bi < blocks_.size(); ++bi) {
     Block& b = blocks_[bi];
+    const TraceScope span(tracer_, kForwardSpans[bi], Track::Compute,
+                          SpanArgs{.layer = static_cast<int>(bi)});
     ConvGeom g = b.geom;
     g.n = n;
     const int k = g.k, h = g.out_h(), w = g.out_w();
@@ -174,6 +182,7 @@ const float* ConvNet::forward(const float* x, int n, Mode mode) {
                               b.invstd.data(), b.pooled.data(), b.argmax);
     in = b.pooled.data();
   }
+  const TraceScope span(tracer_, kForwardSpans[2], Track::Compute, SpanArgs{.layer = 2});
   // Flatten in PyTorch's order: activation layout -> [N][32*49].
   ops_.to_fc_rows(32, n, 49, in, flat_.data());
   ops_.linear_forward(n, kFcIn, 10, flat_.data(), param("fc.weight"), param("fc.bias"),
@@ -188,13 +197,18 @@ void ConvNet::count_train_batch() {
 void ConvNet::backward(const float* dlogits, const std::function<void(int layer)>& on_ready) {
   MNIST_DDP_CHECK(mode_ != Mode::Eval, "backward after an eval-mode forward");
   const int n = n_;
-  ops_.linear_backward(n, kFcIn, 10, flat_.data(), param("fc.weight"), dlogits, dflat_.data(),
-                       grad("fc.weight"), grad("fc.bias"));
+  {
+    const TraceScope span(tracer_, kBackwardSpans[2], Track::Compute, SpanArgs{.layer = 2});
+    ops_.linear_backward(n, kFcIn, 10, flat_.data(), param("fc.weight"), dlogits, dflat_.data(),
+                         grad("fc.weight"), grad("fc.bias"));
+  }
   if (on_ready) on_ready(2);
   // Unflatten the gradient into block 2's pooled layout.
   ops_.from_fc_rows(32, n, 49, dflat_.data(), blocks_[1].d_pooled.data());
   for (int bi = static_cast<int>(blocks_.size()) - 1; bi >= 0; --bi) {
     Block& b = blocks_[static_cast<std::size_t>(bi)];
+    std::optional<TraceScope> span;  // closed before on_ready: the bucket launch is not backward
+    span.emplace(tracer_, kBackwardSpans[bi], Track::Compute, SpanArgs{.layer = bi});
     ConvGeom g = b.geom;
     g.n = n;
     const int k = g.k, h = g.out_h(), w = g.out_w();
@@ -212,6 +226,7 @@ void ConvNet::backward(const float* dlogits, const std::function<void(int layer)
       ops_.conv2d_backward_data(g, param((pre + ".0.weight").c_str()), b.d_conv.data(),
                                 blocks_[static_cast<std::size_t>(bi) - 1].d_pooled.data());
     }
+    span.reset();
     if (on_ready) on_ready(bi);
   }
 }

@@ -46,6 +46,9 @@ StepGraphs::StepGraphs(void* stream, CaptureHooks, bool) : stream_(stream) {
   throw UserError("--cuda-graphs: this mnist_ddp was built without CUDA");
 }
 StepGraphs::~StepGraphs() = default;
+bool StepGraphs::will_capture(int) const {
+  return false;
+}
 StepRun StepGraphs::run(int, const std::function<void()>&) {
   throw UserError("--cuda-graphs: this mnist_ddp was built without CUDA");
 }

@@ -88,12 +88,13 @@ GradientPath choose_gradient_path(const Config& cfg, Device device, const Comm& 
 
 Trainer::Trainer(const Config& cfg, Comm& comm, Comm& data_comm, Ops& ops, ConvNet& model,
                  const DataSplit& data, Logger& log, Comm* local_comm, Comm* thread_comm,
-                 FlightRecorder* flight)
+                 FlightRecorder* flight, Tracer* tracer)
     : cfg_(cfg),
       comm_(comm),
       data_comm_(data_comm),
       local_comm_(local_comm),
       flight_(flight),
+      tracer_(tracer),
       ops_(ops),
       model_(model),
       data_(data),
@@ -131,6 +132,8 @@ Trainer::Trainer(const Config& cfg, Comm& comm, Comm& data_comm, Ops& ops, ConvN
       cfg.compression,
       PowerSgdConfig{cfg.powersgd_rank, cfg.powersgd_start_iter, cfg.powersgd_min_compression_rate,
                      false, false, cfg.seed});
+  reducer_->set_tracer(tracer);
+  model.set_tracer(tracer);
   if (cfg.sync_bn) {
     // The exchange works on host doubles: the data communicator on the CPU, the host MPI
     // communicator on a GPU (where the data communicator works on device memory).
@@ -159,6 +162,7 @@ Trainer::Trainer(const Config& cfg, Comm& comm, Comm& data_comm, Ops& ops, ConvN
 }
 
 Trainer::~Trainer() {
+  model_.set_tracer(nullptr);
   if (cfg_.sync_bn) ops_.set_bn_sync(nullptr);
   if (cfg_.amp != AmpMode::Off) ops_.set_amp(AmpMode::Off, nullptr, nullptr);
   ops_.free_bytes(reinterpret_cast<std::uint8_t*>(y_));
@@ -170,25 +174,40 @@ void Trainer::train_step(int n) {
   ops_.set_step_scalars({offset_, last_lr_, sgd_.steps_taken() == 0});
   const auto body = [&] { enqueue_step(n); };
   if (time_phases_) phases_.begin();
+  if (tracer_ != nullptr)
+    tracer_->begin_step(step_, graphs_ != nullptr && graphs_->will_capture(n));
+  Tracer::Ran ran = Tracer::Ran::Eager;
   if (!graphs_) {
     body();
   } else if (const StepRun how = graphs_->run(n, body); how == StepRun::Replayed) {
     ++replays_;
+    ran = Tracer::Ran::Replayed;
+  } else if (how == StepRun::Captured) {
+    ran = Tracer::Ran::Captured;
   } else if (how == StepRun::FellBack) {
     report_.capture_fell_back(n, graphs_->last_failure());
   }
+  // Sync (GPU, traced steps only): the step's CUDA events are read here.
+  if (tracer_ != nullptr) tracer_->end_step(ran, n);
   end_step(n);
 }
 
 void Trainer::enqueue_step(int n) {
-  ops_.gather_at_step(Ops::kTrain, n, data_.mean, data_.std, x_.data(), y_);
-  // Collective: DDP's broadcast_buffers — rank 0's BN running statistics before each forward.
-  // (num_batches_tracked, on the host, advances in lockstep on every rank: nothing to send.)
-  data_comm_.broadcast(model_.buffers(), 0);
+  const TraceScope step_span(tracer_, "step", Track::Compute, SpanArgs{.batch = n});
+  {
+    const TraceScope span(tracer_, "data", Track::Compute);
+    ops_.gather_at_step(Ops::kTrain, n, data_.mean, data_.std, x_.data(), y_);
+    // Collective: DDP's broadcast_buffers — rank 0's BN running statistics before each forward.
+    // (num_batches_tracked, on the host, advances in lockstep on every rank: nothing to send.)
+    data_comm_.broadcast(model_.buffers(), 0);
+  }
   mark(Phase::Data);
   const float* logits = model_.forward(x_.data(), n, Mode::Train);
-  // Mean loss over the local batch; averaging the gradients over ranks gives the global mean.
-  ops_.accumulate_loss(n, kClasses, logits, y_, dlogits_.data(), 1.0 / n);
+  {
+    const TraceScope span(tracer_, "loss", Track::Compute);
+    // Mean loss over the local batch; averaging the gradients over ranks gives the global mean.
+    ops_.accumulate_loss(n, kClasses, logits, y_, dlogits_.data(), 1.0 / n);
+  }
   mark(Phase::Forward);
   const bool local = cfg_.local_sgd_start >= 0 && step_ >= cfg_.local_sgd_start;
   if (cfg_.local_sgd_start >= 0) {
@@ -200,8 +219,12 @@ void Trainer::enqueue_step(int n) {
   // gradients; finish() waits for them and leaves the average over the ranks.
   model_.backward(dlogits_.data(), [this](int layer) { reducer_->layer_ready(layer); });
   mark(Phase::Backward);
-  reducer_->finish();
+  {
+    const TraceScope span(tracer_, "wait for gradients", Track::Compute);
+    reducer_->finish();
+  }
   mark(Phase::Comm);
+  const TraceScope optimizer_span(tracer_, "optimizer", Track::Compute);
   // --amp fp16: the averaged gradients back to true scale; all ranks agree on inf/NaN.
   if (scaler_) unscale_and_agree(*scaler_, data_comm_, model_.grads());
   sgd_.step(model_.params(), model_.grads());  // a no-op where found_inf (set_amp)
@@ -236,17 +259,20 @@ CaptureHooks Trainer::capture_hooks() {
   h.save = [this] {
     before_capture_.reducer = reducer_->mark();
     before_capture_.data_comm = data_comm_.mark();
+    if (tracer_ != nullptr) before_capture_.trace = tracer_->mark();
   };
   // Collective (host MPI, once per captured batch size): did every rank capture the step?
   h.agree = [this](const std::string& mine) { return agree_first_failure(comm_, mine); };
   h.restore = [this] {
     reducer_->rewind(before_capture_.reducer);
     data_comm_.rewind(before_capture_.data_comm);
+    if (tracer_ != nullptr) tracer_->rewind(before_capture_.trace);
   };
   return h;
 }
 
 EvalResult Trainer::evaluate() {
+  const HostTraceScope span(tracer_, "evaluate", SpanArgs{.step = step_});
   // Collective: evaluate the model every replica (and a checkpoint) would hold.
   broadcast_buffers(data_comm_, model_, comm_);
   const Shard shard = eval_shard(data_.test.count, comm_.rank(), comm_.size());
@@ -437,6 +463,8 @@ std::vector<std::vector<std::pair<std::string, std::vector<float>>>> Trainer::ga
 
 void Trainer::checkpoint(const char* why, bool preemption) {
   if (last_checkpoint_step_ == step_) return;  // this state is already on disk
+  const HostTraceScope span(tracer_, preemption ? "preemption checkpoint" : "checkpoint",
+                            SpanArgs{.step = step_});
   std::string path;
   auto hook_state = gather_hook_state();
   // Collective (inside run_agreed): rank 0 holds everything a checkpoint needs (parameters and
@@ -492,6 +520,11 @@ int Trainer::after_step(std::int64_t first_step) {
   if (stop != 0) {
     stop_clock();
     report_.stopping(signal_name(stop), step_);
+    if (tracer_ != nullptr) {
+      const bool requeue = cfg_.requeue && (stop == cfg_.requeue_signal || stop == SIGTERM);
+      tracer_->instant(fmt::format("{} {}", requeue ? "requeue on" : "stop on", signal_name(stop)),
+                       SpanArgs{.step = step_});
+    }
     // The requeue signal (Slurm: --signal=USR1@120) or SIGTERM (scancel, preemption, the time
     // limit) mean "this job is about to go": a rolling preemption checkpoint, one per job.
     checkpoint(signal_name(stop), stop == cfg_.requeue_signal || stop == SIGTERM);

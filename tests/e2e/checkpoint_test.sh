@@ -193,7 +193,9 @@ else
 fi
 
 # --- a second signal stops at once, touching no checkpoint -----------------------------------
-(cd "$TMP" && timeout 300 "$BIN" "${COMMON[@]}" --checkpoint-every 20 --checkpoint-dir "$TMP/D" --log-dir "$TMP/D/log" >"$TMP/d.out" 2>&1; echo $? >"$TMP/d.rc") &
+# --keep 1000: the first signal's own stop checkpoint may finish before the second signal lands, and
+# rotation would then delete the oldest file by design; this case is about damage, not rotation.
+(cd "$TMP" && timeout 300 "$BIN" "${COMMON[@]}" --checkpoint-every 20 --keep 1000 --checkpoint-dir "$TMP/D" --log-dir "$TMP/D/log" >"$TMP/d.out" 2>&1; echo $? >"$TMP/d.rc") &
 for _ in $(seq 200); do [[ $(ls "$TMP/D"/ckpt-*.h5 2>/dev/null | wc -l) -ge 1 ]] && break; sleep 0.1; done
 sleep 0.3
 before=$(cd "$TMP/D" && md5sum ckpt-*.h5)

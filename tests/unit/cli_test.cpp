@@ -19,6 +19,7 @@
 #include "mnist_ddp/ops/ops.hpp"
 #include "mnist_ddp/runtime/check.hpp"
 #include "mnist_ddp/runtime/device.hpp"
+#include "mnist_ddp/runtime/trace.hpp"
 
 namespace mnist_ddp {
 namespace {
@@ -132,6 +133,19 @@ TEST(Cli, RejectionsNameTheFlag) {
   EXPECT_EQ(parse_ok({"--init-weights", "a.h5"}).init_weights, "a.h5");
 }
 
+TEST(Cli, TraceFlagsParseAndTheirMistakesNameTheFlag) {
+  const Config c = parse_ok({"--trace", "t.json", "--trace-steps", "3:9"});
+  EXPECT_EQ(c.trace, "t.json");
+  EXPECT_EQ(c.trace_steps, "3:9");
+  EXPECT_TRUE(parse_ok({}).trace.empty());
+  EXPECT_NE(
+      parse_error({"--trace", "t.json", "--trace-steps", "9"}).find("--trace-steps 9: give A:B"),
+      std::string::npos);
+  EXPECT_NE(parse_error({"--trace", "t.json", "--trace-steps", "4:4"}).find("0 <= A < B"),
+            std::string::npos);
+  EXPECT_NE(parse_error({"--trace-steps", "1:2"}).find("add --trace FILE"), std::string::npos);
+}
+
 TEST(Cli, ReadmeDocumentsEveryFlag) {
   std::ifstream f("README.md");
   ASSERT_TRUE(f) << "run from the repository root";
@@ -175,6 +189,7 @@ void expect_bijective(const std::array<NameOf<E>, N>& table, std::size_t values)
 
 TEST(Cli, EveryEnumHasOneNameTable) {
   expect_bijective(kLrScheduleNames, 3);
+  expect_bijective(kTrackNames, 2);
   expect_bijective(kDeviceNames, 2);
   expect_bijective(kDeviceChoiceNames, 3);
   expect_bijective(kCpuKernelsNames, 2);

@@ -77,6 +77,8 @@ struct Config {
   int debug_desync_rank = -1;       // test seam: this rank issues an extra collective at step 3
   std::int64_t flight_recorder = 2000;  // collectives each communicator remembers; 0: off
   int flight_dump_signal = SIGUSR2;     // --flight-dump-signal: dump the recorder, keep running
+  std::string trace;                    // --trace FILE: the Chrome trace-event timeline
+  std::string trace_steps;              // --trace-steps A:B ("": the default window)
   std::string debug_sample_log;         // test seam: DIR for each rank's consumed sample indices
   bool debug_fail_capture = false;  // test seam: every CUDA graph capture fails (eager fallback)
   bool requeue = false;             // on the requeue signal / SIGTERM under Slurm: scontrol requeue

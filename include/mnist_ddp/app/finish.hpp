@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "mnist_ddp/app/cli.hpp"
+#include "mnist_ddp/app/trace_output.hpp"
 #include "mnist_ddp/data/dataset.hpp"
 #include "mnist_ddp/dist/comm.hpp"
 #include "mnist_ddp/runtime/log.hpp"
@@ -19,10 +20,11 @@ class Trainer;
 int evaluate_only(Comm& control, Trainer& trainer, const DataSplit& data, std::int64_t step,
                   Logger& log);
 
-// Collectives (inside): training to the end or to a stop signal, then the report: the final
-// evaluation, or the checkpoint to continue from (and Slurm's requeue). Returns the exit status:
-// 0, 0 once Slurm requeued the job, or 128 + the stop signal.
+// Collectives (inside): training to the end or to a stop signal, the timeline (trace: --trace,
+// nullptr without), then the report: the final evaluation, or the checkpoint to continue from
+// (and Slurm's requeue). Returns the exit status: 0, 0 once Slurm requeued the job, or 128 + the
+// stop signal.
 int train_and_report(Comm& control, const Config& cfg, Trainer& trainer, const DataSplit& data,
-                     Logger& log);
+                     Logger& log, const TraceFile* trace);
 
 }  // namespace mnist_ddp

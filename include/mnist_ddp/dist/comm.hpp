@@ -75,6 +75,9 @@ class Comm {
   virtual bool device_memory() const;
   // What carries the collectives, for logs: "MPI", "NCCL stream", "host-staged MPI".
   virtual const char* transport() const;
+  // The stream this communicator's collectives run on (a cudaStream_t: NCCL's), where the
+  // timeline stamps the end of an all-reduce; nullptr when they run on the host.
+  virtual void* collective_stream() const;
 
   // Where this communicator's host-side bookkeeping stands (bytes, collective sequence, open
   // watchdog entries, requests of the current step). A CUDA graph capture that fails part-way has

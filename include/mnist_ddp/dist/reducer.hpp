@@ -76,11 +76,16 @@ class Reducer {
   // Launch order of the last step (bucket indices), for tests.
   const std::vector<int>& launch_order() const { return launch_order_; }
   ReducerStats take_stats();
+  // The timeline (trace.hpp): each bucket's reduction, launch to observed completion, becomes a
+  // communication span (bucket, bytes, hook); nullptr: none.
+  void set_tracer(Tracer* tracer) { tracer_ = tracer; }
   // The PowerSGD state (error feedback, Qs, step counter), or nullptr for the other hooks.
   PowerSgd* powersgd() { return hook_->powersgd(); }
 
  private:
   void launch(std::size_t b);
+  // Bucket b's reduction was seen complete: its span ends.
+  void completed(std::size_t b);
   std::span<float> grads_of(std::size_t b);
   void reset_buckets();
   Comm* comm_;
@@ -93,6 +98,9 @@ class Reducer {
   std::vector<int> request_;  // per bucket: the hook's request
   std::vector<bool> started_, done_;
   std::vector<double> started_at_;
+  std::vector<int> span_;  // per bucket: its open timeline span
+  Tracer* tracer_ = nullptr;
+  const char* hook_name_;
   std::vector<int> launch_order_;
   std::uint64_t last_payload_ = 0, last_wire_ = 0;  // the step last run on the host
   ReducerStats stats_;

@@ -67,6 +67,8 @@ class ConvNet {
   std::pair<std::size_t, std::size_t> layer_range(int layer) const;
   int max_batch() const { return max_batch_; }
   Ops& ops() { return ops_; }
+  // The timeline (trace.hpp): forward and backward of each layer become spans; nullptr: none.
+  void set_tracer(Tracer* tracer) { tracer_ = tracer; }
 
  private:
   struct Block;  // conv -> BN -> ReLU -> pool, with its activations
@@ -86,6 +88,7 @@ class ConvNet {
   Tensor dflat_;   // its gradient
   Tensor logits_;  // [N][10]
   const float* input_ = nullptr;
+  Tracer* tracer_ = nullptr;
 };
 
 }  // namespace mnist_ddp

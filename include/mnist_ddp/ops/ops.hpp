@@ -21,6 +21,7 @@
 #include "mnist_ddp/model/dtype.hpp"
 #include "mnist_ddp/runtime/device.hpp"
 #include "mnist_ddp/runtime/enum_names.hpp"
+#include "mnist_ddp/runtime/trace.hpp"
 #include "ops/cpu/cpu_ops.hpp"
 
 namespace mnist_ddp {
@@ -114,6 +115,8 @@ class Ops {
   virtual double take_loss_sum() = 0;
   // The stream every op runs on (a cudaStream_t), or nullptr for a host backend.
   virtual void* stream() const = 0;
+  // The timeline's clock (trace.hpp): host time, or CUDA events on stream() with NVTX ranges.
+  virtual std::unique_ptr<StampClock> make_stamp_clock() = 0;
   // SyncBatchNorm (--sync-bn): the training-mode BN ops call these exchanges (cpu_ops.hpp);
   // nullptr turns it off. The caller keeps *sync alive while set.
   virtual void set_bn_sync(const BnSync* sync) = 0;

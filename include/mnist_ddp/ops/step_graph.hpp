@@ -44,6 +44,9 @@ class StepGraphs {
   // captured graph launched (body not called), or, when the capture failed on some rank, body()
   // eagerly after hooks.restore(). Says which.
   StepRun run(int n, const std::function<void()>& body);
+  // Whether run(n, ...) would capture now (its body then becomes a graph whose replays run no
+  // host code): the timeline keeps that step's spans as the replays' template.
+  bool will_capture(int n) const;
   // Graphs captured so far.
   int captured() const { return static_cast<int>(execs_.size()); }
   // The agreed description of the last failed capture ("" if none failed).

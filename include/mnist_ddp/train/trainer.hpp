@@ -55,10 +55,11 @@ class Trainer {
   // The data splits must already be loaded into ops (Ops::load_dataset). local_comm: this rank's
   // node-local group, for post-local SGD (--local-sgd-start). thread_comm: the communication
   // thread's communicator (threaded_comm.hpp; --overlap-engine thread). flight: told each step's
-  // number, so its records say which step a collective belonged to.
+  // number, so its records say which step a collective belonged to. tracer: the timeline
+  // (trace.hpp; the model's and the Reducer's spans too), outliving the trainer.
   Trainer(const Config& cfg, Comm& comm, Comm& data_comm, Ops& ops, ConvNet& model,
           const DataSplit& data, Logger& log, Comm* local_comm = nullptr,
-          Comm* thread_comm = nullptr, FlightRecorder* flight = nullptr);
+          Comm* thread_comm = nullptr, FlightRecorder* flight = nullptr, Tracer* tracer = nullptr);
   ~Trainer();
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;
@@ -112,6 +113,7 @@ class Trainer {
   Comm& data_comm_;
   Comm* local_comm_;
   FlightRecorder* flight_;
+  Tracer* tracer_;
   Ops& ops_;
   ConvNet& model_;
   const DataSplit& data_;
@@ -124,6 +126,7 @@ class Trainer {
   struct StepSnapshot {                 // capture_hooks(): host state before a capture
     Reducer::Mark reducer;
     Comm::Mark data_comm;
+    std::size_t trace = 0;
   };
   StepSnapshot before_capture_;
   std::unique_ptr<GradScaler> scaler_;  // --amp fp16: the dynamic loss scale (on the GPU)

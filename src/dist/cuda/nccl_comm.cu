@@ -84,6 +84,7 @@ class NcclComm final : public Comm {
     }
   }
   bool capturable() const override { return compute_ != nullptr; }
+  void* collective_stream() const override { return stream_; }
   bool device_memory() const override { return true; }
   const char* transport() const override { return "NCCL stream"; }
   int rank() const override { return rank_; }

@@ -23,6 +23,7 @@
 
 #include "mnist_ddp/ops/ops.hpp"
 #include "mnist_ddp/runtime/check.hpp"
+#include "ops/cuda/device_stamps.hpp"
 #include "runtime/cuda/cuda_check.hpp"
 
 namespace mnist_ddp {
@@ -723,6 +724,9 @@ class CudaOps final : public Ops {
     return s;
   }
   void* stream() const override { return stream_; }
+  std::unique_ptr<StampClock> make_stamp_clock() override {
+    return make_device_stamp_clock(stream_);
+  }
   void set_amp(AmpMode mode, const float* loss_scale, const float* skip_step) override {
     amp_ = mode;
     loss_scale_ = loss_scale;

@@ -1,0 +1,117 @@
+// device_stamps.cu — CUDA-event stamps for the timeline and NVTX ranges for nsys / ncu.
+//
+// A stamp is a cudaEvent recorded on the compute stream. Outside a capture the events come from
+// a pool reused every step (reset() between steps, after they were read). While the stream is
+// being captured the record becomes a node of the graph (cudaEventRecordExternal), so every
+// replay records the event again; such events are never handed out again, so a later eager step
+// cannot overwrite a graph's stamps. A stream whose capture a failed call has invalidated gets no
+// record (stamp -1: the span is dropped with the failed capture). Times: the step's first stamp
+// is placed against an origin event recorded (and waited for) when the clock was made, the others
+// against that first stamp, so cudaEventElapsedTime's float milliseconds keep microseconds within
+// a step however long the run.
+#include "ops/cuda/device_stamps.hpp"
+
+#include <nvtx3/nvToolsExt.h>
+
+#include <chrono>
+#include <vector>
+
+#include "runtime/cuda/cuda_check.hpp"
+
+namespace mnist_ddp {
+namespace {
+
+class DeviceStampClock final : public StampClock {
+ public:
+  explicit DeviceStampClock(cudaStream_t stream) : stream_(stream) {
+    CUDA_CHECK(cudaEventCreate(&origin_));
+    CUDA_CHECK(cudaEventRecord(origin_, stream_));
+    // Sync (once): the origin's host time is taken when the device has reached it.
+    CUDA_CHECK(cudaEventSynchronize(origin_));
+    host_origin_ = std::chrono::steady_clock::now();
+    origin_unix_us_ = unix_now_us();
+  }
+  ~DeviceStampClock() override {
+    for (cudaEvent_t e : events_) cudaEventDestroy(e);
+    cudaEventDestroy(origin_);
+  }
+  DeviceStampClock(const DeviceStampClock&) = delete;
+  DeviceStampClock& operator=(const DeviceStampClock&) = delete;
+
+  int stamp() override { return stamp_on(stream_); }
+
+  int stamp_on(void* where) override {
+    cudaStream_t stream = where != nullptr ? static_cast<cudaStream_t>(where) : stream_;
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(stream, &status) != cudaSuccess ||
+        status == cudaStreamCaptureStatusInvalidated) {
+      (void)cudaGetLastError();  // a capture being abandoned: no stamp, the failure is reported
+      return -1;
+    }
+    const bool capturing = status == cudaStreamCaptureStatusActive;
+    int id;
+    if (!capturing && next_eager_ < eager_.size()) {
+      id = eager_[next_eager_];
+    } else {
+      cudaEvent_t e = nullptr;
+      CUDA_CHECK(cudaEventCreate(&e));  // timing on (the default flags)
+      events_.push_back(e);
+      id = static_cast<int>(events_.size()) - 1;
+      if (!capturing) eager_.push_back(id);
+    }
+    if (!capturing) ++next_eager_;
+    cudaEvent_t e = events_[static_cast<std::size_t>(id)];
+    CUDA_CHECK(cudaEventRecordWithFlags(
+        e, stream, capturing ? cudaEventRecordExternal : cudaEventRecordDefault));
+    return id;
+  }
+
+  std::vector<double> times_us(const std::vector<int>& ids) override {
+    std::vector<double> out;
+    out.reserve(ids.size());
+    if (ids.empty()) return out;
+    // Sync (traced steps only): the step's events, on the compute and the NCCL stream (joined to
+    // the compute stream before the step ends), must have been reached to be read.
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    cudaEvent_t first = events_[static_cast<std::size_t>(ids.front())];
+    float base_ms = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&base_ms, origin_, first));
+    for (const int id : ids) {
+      float ms = 0;  // negative when this event came before the step's first stamp
+      CUDA_CHECK(cudaEventElapsedTime(&ms, first, events_[static_cast<std::size_t>(id)]));
+      out.push_back(1000.0 * static_cast<double>(base_ms) + 1000.0 * static_cast<double>(ms));
+    }
+    return out;
+  }
+
+  void reset() override { next_eager_ = 0; }
+
+  double now_us() const override {
+    return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() -
+                                                     host_origin_)
+        .count();
+  }
+
+  double origin_unix_us() const override { return origin_unix_us_; }
+
+  void range_push(const char* name) override { nvtxRangePushA(name); }
+  void range_pop() override { nvtxRangePop(); }
+  bool has_ranges() const override { return true; }
+
+ private:
+  cudaStream_t stream_;
+  cudaEvent_t origin_ = nullptr;
+  std::chrono::steady_clock::time_point host_origin_;
+  double origin_unix_us_ = 0;
+  std::vector<cudaEvent_t> events_;  // every stamp's event, by id
+  std::vector<int> eager_;           // ids reused by eager steps
+  std::size_t next_eager_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<StampClock> make_device_stamp_clock(cudaStream_t stream) {
+  return std::make_unique<DeviceStampClock>(stream);
+}
+
+}  // namespace mnist_ddp
