@@ -62,8 +62,14 @@ void build(CLI::App& app, Config& c, EnumText& t) {
   app.add_option("--epochs", c.epochs, "passes over the training set")->check(kPositive);
   app.add_option("--max-steps", c.max_steps, "stop after this many optimizer steps (0: no limit)")
       ->check(kNonNegative);
-  app.add_option("--batch-size", c.batch_size, "images per rank per step")
+  app.add_option("--batch-size", c.batch_size,
+                 "images per rank per step (per micro-batch with --accumulate)")
       ->check(CLI::Range(1, 65536));
+  app.add_option("--accumulate", c.accumulate,
+                 "micro-batches of --batch-size per rank in one optimizer step: gradients add up "
+                 "locally and are all-reduced once, on the last (DDP's no_sync); steps, the LR "
+                 "schedule, --max-steps and the checkpoint/log cadences count optimizer steps")
+      ->check(CLI::Range(1, 4096));
   app.add_option("--eval-batch-size", c.eval_batch_size, "images per rank per evaluation batch")
       ->check(CLI::Range(1, 65536));
   app.add_option("--lr", c.lr, "base learning rate")->check(kNonNegative);
@@ -299,6 +305,18 @@ ParseOutcome parse_cli(int argc, char** argv, Config& cfg, bool print) {
         "--debug-collectives catches (without it MPI's behaviour is undefined): add "
         "--debug-collectives");
   }
+  if (cfg.accumulate > 1 && cfg.eval_only) {
+    throw UserError(fmt::format(
+        "--accumulate {} shapes training steps; --eval-only trains nothing: drop one of them",
+        cfg.accumulate));
+  }
+  if (static_cast<std::int64_t>(cfg.batch_size) * cfg.accumulate > (std::int64_t{1} << 24)) {
+    throw UserError(fmt::format(
+        "--batch-size {} x --accumulate {} = {} images per rank per step is more than any "
+        "dataset holds (at most 16777216); lower one of them",
+        cfg.batch_size, cfg.accumulate,
+        static_cast<std::int64_t>(cfg.batch_size) * cfg.accumulate));
+  }
   if (cfg.nesterov && (cfg.momentum <= 0 || cfg.dampening != 0)) {
     throw UserError("--nesterov needs --momentum > 0 and --dampening 0 (as torch.optim.SGD)");
   }
@@ -412,6 +430,7 @@ std::string config_json(const Config& c) {
                             {"requeue_signal", signal_name(c.requeue_signal)},
                             {"flight_recorder", c.flight_recorder},
                             {"flight_dump_signal", signal_name(c.flight_dump_signal)},
+                            {"accumulate", c.accumulate},
                             {"trace", c.trace},
                             {"trace_steps", c.trace_steps},
                             {"overlap_engine", name_in(kOverlapEngineNames, c.overlap_engine)},

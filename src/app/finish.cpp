@@ -36,12 +36,17 @@ int evaluate_only(Comm& control, Trainer& trainer, const DataSplit& data, std::i
 int train_and_report(Comm& control, const Config& cfg, Trainer& trainer, const DataSplit& data,
                      Logger& log, const TraceFile* trace) {
   log.info(fmt::format(
-      "training: {} epoch(s) x {} steps/epoch = {} steps{}, batch {} per rank "
+      "training: {} epoch(s) x {} steps/epoch = {} steps{}, batch {} per rank{} "
       "({} global), lr {}",
       cfg.epochs, trainer.steps_per_epoch(), trainer.total_steps(),
       trainer.total_steps() < trainer.steps_per_epoch() * cfg.epochs ? " (capped by --max-steps)"
                                                                      : "",
-      cfg.batch_size, cfg.batch_size * control.size(), cfg.lr));
+      cfg.batch_size,
+      cfg.accumulate > 1
+          ? fmt::format(" x {} micro-batches per step (--accumulate: one all-reduce per step)",
+                        cfg.accumulate)
+          : "",
+      static_cast<std::int64_t>(cfg.batch_size) * cfg.accumulate * control.size(), cfg.lr));
   TrainResult r = trainer.run();
   if (trace != nullptr) {
     // Collective: written before a requeue (Slurm may end these processes right after it).

@@ -117,7 +117,7 @@ void Tracer::set_bytes(int span, std::int64_t bytes) {
   if (span >= 0 && recording_) spans_[static_cast<std::size_t>(span)].args.bytes = bytes;
 }
 
-void Tracer::end_step(Ran how, int n) {
+void Tracer::end_step(Ran how, std::int64_t n) {
   if (deferred_) std::rethrow_exception(std::exchange(deferred_, nullptr));
   if (!recording_) return;
   // A captured step's stamps are nodes of its graph: each replay records them again.

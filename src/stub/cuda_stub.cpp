@@ -46,10 +46,10 @@ StepGraphs::StepGraphs(void* stream, CaptureHooks, bool) : stream_(stream) {
   throw UserError("--cuda-graphs: this mnist_ddp was built without CUDA");
 }
 StepGraphs::~StepGraphs() = default;
-bool StepGraphs::will_capture(int) const {
+bool StepGraphs::will_capture(std::int64_t) const {
   return false;
 }
-StepRun StepGraphs::run(int, const std::function<void()>&) {
+StepRun StepGraphs::run(std::int64_t, const std::function<void()>&) {
   throw UserError("--cuda-graphs: this mnist_ddp was built without CUDA");
 }
 std::unique_ptr<GradScaler> make_grad_scaler(Ops&, const LossScaleRule&) {

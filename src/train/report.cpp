@@ -72,26 +72,35 @@ void Reporter::eval(const StepPosition& at, const EvalResult& e) {
 
 void Reporter::comm_epoch(const StepPosition& at, const CommFigures& c) {
   const ReducerStats& rs = c.stats;
-  const std::string per_step = fmt_bytes(static_cast<double>(rs.payload_bytes) /
-                                         static_cast<double>(std::max<std::int64_t>(rs.steps, 1)));
+  const double steps = static_cast<double>(std::max<std::int64_t>(rs.steps, 1));
+  const std::string per_step = fmt_bytes(static_cast<double>(rs.payload_bytes) / steps);
+  // --accumulate: the all-reduces one per micro-batch would have made, and did not.
+  const double micro_per_step = static_cast<double>(c.micro_batches) / steps;
+  const auto saved = static_cast<std::uint64_t>(
+      static_cast<double>(rs.payload_bytes) / steps *
+      static_cast<double>(std::max<std::int64_t>(c.micro_batches - rs.steps, 0)));
+  const std::string accumulate =
+      cfg_.accumulate > 1 ? fmt::format(", {:.3g} micro-batches per step: {} not all-reduced",
+                                        micro_per_step, fmt_bytes(static_cast<double>(saved)))
+                          : "";
   if (c.gpu) {
     // The GPU's all-reduces complete asynchronously: host clocks would time the enqueue.
     log_.info(fmt::format(
         "comm epoch {}: {} buckets{} on the {}, hook {}, {} per step handed to "
-        "all-reduce, ~{} sent per rank (timing: asynchronous on the GPU, profile with nsys)",
+        "all-reduce, ~{} sent per rank{} (timing: asynchronous on the GPU, profile with nsys)",
         at.epoch + 1, c.buckets,
         cfg_.no_overlap ? " (--no-overlap: one all-reduce after backward)"
                         : " (overlapped with backward)",
         c.transport, to_string(cfg_.compression), per_step,
-        fmt_bytes(static_cast<double>(rs.wire_bytes))));
+        fmt_bytes(static_cast<double>(rs.wire_bytes)), accumulate));
   } else {
     log_.info(fmt::format(
         "comm epoch {}: {} buckets{}, hook {}, {} per step handed to all-reduce, "
-        "~{} sent per rank, {:.1f} ms in flight, {:.1f} ms exposed (not hidden by "
+        "~{} sent per rank{}, {:.1f} ms in flight, {:.1f} ms exposed (not hidden by "
         "backward)",
         at.epoch + 1, c.buckets, cfg_.no_overlap ? " (--no-overlap: one all-reduce)" : "",
         to_string(cfg_.compression), per_step, fmt_bytes(static_cast<double>(rs.wire_bytes)),
-        1e3 * rs.comm_seconds, 1e3 * rs.exposed_seconds));
+        accumulate, 1e3 * rs.comm_seconds, 1e3 * rs.exposed_seconds));
   }
   log_.metrics({{"event", "comm"},
                 {"epoch", at.epoch + 1},
@@ -102,6 +111,9 @@ void Reporter::comm_epoch(const StepPosition& at, const CommFigures& c) {
                 {"compression", to_string(cfg_.compression)},
                 {"payload_bytes", rs.payload_bytes},
                 {"steps", rs.steps},
+                {"accumulate", cfg_.accumulate},
+                {"micro_batches", c.micro_batches},
+                {"saved_bytes", saved},
                 {"comm_s", rs.comm_seconds},
                 {"exposed_s", rs.exposed_seconds}});
 }
@@ -169,9 +181,16 @@ void Reporter::capture_fell_back(int batch, const std::string& why) {
       batch, why));
 }
 
-void Reporter::graphs(int captured, std::int64_t replayed, std::int64_t steps) {
+void Reporter::graphs(int captured, std::int64_t replayed, std::int64_t runs) {
+  if (cfg_.accumulate > 1) {
+    log_.info(fmt::format(
+        "CUDA graphs: {} captured (one per batch size and kind of micro-batch: first, middle, "
+        "last), {} of {} micro-batches replayed",
+        captured, replayed, runs));
+    return;
+  }
   log_.info(fmt::format("CUDA graphs: {} captured (one per batch size), {} of {} steps replayed",
-                        captured, replayed, steps));
+                        captured, replayed, runs));
 }
 
 }  // namespace mnist_ddp

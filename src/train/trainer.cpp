@@ -12,6 +12,7 @@
 #include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <utility>
 
 #include "mnist_ddp/data/sampler.hpp"
 #include "mnist_ddp/dist/ddp.hpp"
@@ -86,6 +87,23 @@ GradientPath choose_gradient_path(const Config& cfg, Device device, const Comm& 
   return p;
 }
 
+std::vector<int> micro_batch_sizes(std::int64_t offset, std::int64_t epoch_size, int batch,
+                                   int accumulate) {
+  std::vector<int> sizes;
+  for (int i = 0; i < accumulate && offset < epoch_size; ++i) {
+    const auto n = static_cast<int>(std::min<std::int64_t>(batch, epoch_size - offset));
+    sizes.push_back(n);
+    offset += n;
+  }
+  return sizes;
+}
+
+std::int64_t step_graph_key(int n, const MicroBatch& mb) {
+  // kind: 0 the only micro-batch, 1 the first of several, 2 a middle one, 3 the last.
+  const int kind = mb.count == 1 ? 0 : mb.first() ? 1 : mb.last() ? 3 : 2;
+  return ((static_cast<std::int64_t>(n) << 24) | (static_cast<std::int64_t>(mb.count) << 2)) | kind;
+}
+
 Trainer::Trainer(const Config& cfg, Comm& comm, Comm& data_comm, Ops& ops, ConvNet& model,
                  const DataSplit& data, Logger& log, Comm* local_comm, Comm* thread_comm,
                  FlightRecorder* flight, Tracer* tracer)
@@ -104,7 +122,8 @@ Trainer::Trainer(const Config& cfg, Comm& comm, Comm& data_comm, Ops& ops, ConvN
       layout_(checkpoint_layout(model)) {
   const DistributedSampler probe(data.train.count, comm.rank(), comm.size(), cfg.shuffle, cfg.seed,
                                  cfg.drop_last);
-  steps_per_epoch_ = (probe.num_samples() + cfg.batch_size - 1) / cfg.batch_size;
+  const std::int64_t per_step = static_cast<std::int64_t>(cfg.batch_size) * cfg.accumulate;
+  steps_per_epoch_ = (probe.num_samples() + per_step - 1) / per_step;
   total_steps_ = steps_per_epoch_ * cfg.epochs;
   if (cfg.max_steps > 0) total_steps_ = std::min(total_steps_, cfg.max_steps);
   lr_.base_lr = cfg.lr;
@@ -157,6 +176,9 @@ Trainer::Trainer(const Config& cfg, Comm& comm, Comm& data_comm, Ops& ops, ConvN
   const int max_batch = model.max_batch();
   x_ = Tensor({max_batch, kImagePixels}, ops.device());
   dlogits_ = Tensor({max_batch, kClasses}, ops.device());
+  if (cfg.accumulate > 1) {
+    grad_sum_ = Tensor({static_cast<int>(model.grads().size())}, ops.device());  // zeroed
+  }
   y_ = reinterpret_cast<std::int32_t*>(
       ops.alloc_bytes(static_cast<std::size_t>(max_batch) * sizeof(std::int32_t)));
 }
@@ -168,47 +190,67 @@ Trainer::~Trainer() {
   ops_.free_bytes(reinterpret_cast<std::uint8_t*>(y_));
 }
 
-void Trainer::train_step(int n) {
+void Trainer::train_step(const std::vector<int>& sizes) {
   last_lr_ = learning_rate(lr_, step_, epoch_);
-  // Before the step (outside any graph): what changes per step, into backend memory.
-  ops_.set_step_scalars({offset_, last_lr_, sgd_.steps_taken() == 0});
-  const auto body = [&] { enqueue_step(n); };
   if (time_phases_) phases_.begin();
-  if (tracer_ != nullptr)
-    tracer_->begin_step(step_, graphs_ != nullptr && graphs_->will_capture(n));
-  Tracer::Ran ran = Tracer::Ran::Eager;
-  if (!graphs_) {
-    body();
-  } else if (const StepRun how = graphs_->run(n, body); how == StepRun::Replayed) {
-    ++replays_;
-    ran = Tracer::Ran::Replayed;
-  } else if (how == StepRun::Captured) {
-    ran = Tracer::Ran::Captured;
-  } else if (how == StepRun::FellBack) {
-    report_.capture_fell_back(n, graphs_->last_failure());
+  const int count = static_cast<int>(sizes.size());
+  for (int i = 0; i < count; ++i) {
+    const int n = sizes[static_cast<std::size_t>(i)];
+    const MicroBatch mb{i, count};
+    const std::int64_t key = step_graph_key(n, mb);
+    // Before the micro-batch (outside any graph): what changes per step, into backend memory.
+    ops_.set_step_scalars({offset_, last_lr_, sgd_.steps_taken() == 0});
+    const auto body = [&] { enqueue_step(n, mb); };
+    if (tracer_ != nullptr)
+      tracer_->begin_step(step_, graphs_ != nullptr && graphs_->will_capture(key));
+    Tracer::Ran ran = Tracer::Ran::Eager;
+    if (!graphs_) {
+      body();
+    } else if (const StepRun how = graphs_->run(key, body); how == StepRun::Replayed) {
+      ++replays_;
+      ran = Tracer::Ran::Replayed;
+    } else if (how == StepRun::Captured) {
+      ran = Tracer::Ran::Captured;
+    } else if (how == StepRun::FellBack) {
+      report_.capture_fell_back(n, graphs_->last_failure());
+    }
+    // Sync (GPU, traced steps only): the micro-batch's CUDA events are read here.
+    if (tracer_ != nullptr) tracer_->end_step(ran, key);
+    end_micro(n);
   }
-  // Sync (GPU, traced steps only): the step's CUDA events are read here.
-  if (tracer_ != nullptr) tracer_->end_step(ran, n);
-  end_step(n);
+  end_step();
 }
 
-void Trainer::enqueue_step(int n) {
-  const TraceScope step_span(tracer_, "step", Track::Compute, SpanArgs{.batch = n});
+void Trainer::enqueue_step(int n, const MicroBatch& mb) {
+  const TraceScope step_span(tracer_, mb.last() ? "step" : "micro-batch", Track::Compute,
+                             SpanArgs{.batch = n});
   {
     const TraceScope span(tracer_, "data", Track::Compute);
     ops_.gather_at_step(Ops::kTrain, n, data_.mean, data_.std, x_.data(), y_);
-    // Collective: DDP's broadcast_buffers — rank 0's BN running statistics before each forward.
-    // (num_batches_tracked, on the host, advances in lockstep on every rank: nothing to send.)
-    data_comm_.broadcast(model_.buffers(), 0);
+    if (mb.first()) {
+      // Collective: DDP's broadcast_buffers — rank 0's BN running statistics before the forward
+      // (only the first of a step's micro-batches: DDP's forward inside no_sync does not sync
+      // buffers, nor the one after it). num_batches_tracked, on the host, advances in lockstep on
+      // every rank: nothing to send.
+      data_comm_.broadcast(model_.buffers(), 0);
+    }
   }
   mark(Phase::Data);
   const float* logits = model_.forward(x_.data(), n, Mode::Train);
   {
     const TraceScope span(tracer_, "loss", Track::Compute);
-    // Mean loss over the local batch; averaging the gradients over ranks gives the global mean.
-    ops_.accumulate_loss(n, kClasses, logits, y_, dlogits_.data(), 1.0 / n);
+    // Mean loss over the local batch, and over the step's micro-batches; averaging the gradients
+    // over ranks gives the global mean.
+    ops_.accumulate_loss(n, kClasses, logits, y_, dlogits_.data(), 1.0 / (n * mb.count));
   }
   mark(Phase::Forward);
+  if (!mb.last()) {
+    // Inside no_sync: this micro-batch's gradients join the local sum; no collective.
+    model_.backward(dlogits_.data(), nullptr);
+    ops_.add_into(grad_sum_.numel(), model_.grads().data(), grad_sum_.data());
+    mark(Phase::Backward);
+    return;
+  }
   const bool local = cfg_.local_sgd_start >= 0 && step_ >= cfg_.local_sgd_start;
   if (cfg_.local_sgd_start >= 0) {
     // Post-local SGD: gradients averaged over the whole job for the first --local-sgd-start
@@ -216,8 +258,15 @@ void Trainer::enqueue_step(int n) {
     reducer_->use_comm(local ? *local_comm_ : *bucket_comm_);
   }
   // Collectives (inside): each bucket's all-reduce starts as soon as backward has produced its
-  // gradients; finish() waits for them and leaves the average over the ranks.
-  model_.backward(dlogits_.data(), [this](int layer) { reducer_->layer_ready(layer); });
+  // gradients (with --accumulate, once the earlier micro-batches' sum has joined them); finish()
+  // waits for them and leaves the average over the ranks.
+  model_.backward(dlogits_.data(), [this, &mb](int layer) {
+    if (mb.count > 1) {
+      const auto [offset, count] = model_.layer_range(layer);
+      ops_.add_into(count, grad_sum_.data() + offset, model_.grads().data() + offset);
+    }
+    reducer_->layer_ready(layer);
+  });
   mark(Phase::Backward);
   {
     const TraceScope span(tracer_, "wait for gradients", Track::Compute);
@@ -234,6 +283,7 @@ void Trainer::enqueue_step(int n) {
     // node groups drift apart (momentum buffers stay local, as in PyTorch).
     data_comm_.allreduce_avg(model_.params());
   }
+  if (mb.count > 1) ops_.zero(grad_sum_.numel(), grad_sum_.data());  // the next step's sum
   mark(Phase::Optimizer);
 }
 
@@ -241,15 +291,20 @@ void Trainer::mark(Phase p) {
   if (time_phases_) phases_.mark(p);
 }
 
-void Trainer::end_step(int n) {
-  if (time_phases_) phases_.end();
-  model_.count_train_batch();
-  sgd_.count_step();
-  reducer_->count_step();
-  ++step_;
+void Trainer::end_micro(int n) {
+  model_.count_train_batch();  // BN counts every forward, as PyTorch's
   offset_ += n;
   window_images_ += n;
   images_ += static_cast<std::int64_t>(n) * comm_.size();
+  ++micro_batches_;
+  ++micro_runs_;
+}
+
+void Trainer::end_step() {
+  if (time_phases_) phases_.end();
+  sgd_.count_step();
+  reducer_->count_step();
+  ++step_;
 }
 
 CaptureHooks Trainer::capture_hooks() {
@@ -323,8 +378,9 @@ void Trainer::log_window() {
   WindowFigures f;
   f.loss = loss;
   f.lr = last_lr_;
-  f.images_per_s =
-      elapsed > 0 ? static_cast<double>(step_) * cfg_.batch_size * comm_.size() / elapsed : 0;
+  // This run's global images over this run's training time (a resumed run's earlier steps and an
+  // epoch's short last step count as what they were).
+  f.images_per_s = elapsed > 0 ? static_cast<double>(images_) / elapsed : 0;
   f.comm_bytes = comm_.payload_bytes();
   f.elapsed_s = elapsed;
   if (scaler_) {
@@ -547,8 +603,9 @@ EvalResult Trainer::end_epoch(bool epoch_done) {
   stop_clock();
   if (window_images_ > 0) log_window();
   report_.comm_epoch(position(),
-                     CommFigures{reducer_->take_stats(), reducer_->buckets().size(),
-                                 data_comm_.transport(), ops_.device() == Device::Cuda});
+                     CommFigures{reducer_->take_stats(), std::exchange(micro_batches_, 0),
+                                 reducer_->buckets().size(), data_comm_.transport(),
+                                 ops_.device() == Device::Cuda});
   if (time_phases_) {
     const std::size_t steps = phases_.steps();  // before take_medians() clears them
     report_.step_phases(position(), steps, phases_.take_medians());
@@ -577,7 +634,7 @@ TrainResult Trainer::run() {
     while (offset_ < epoch_size && step_ < total_steps_ && stop == 0) {
       if (flight_ != nullptr) flight_->set_step(step_);
       debug_seams_before_step(cfg_, comm_, step_);
-      train_step(static_cast<int>(std::min<std::int64_t>(cfg_.batch_size, epoch_size - offset_)));
+      train_step(micro_batch_sizes(offset_, epoch_size, cfg_.batch_size, cfg_.accumulate));
       stop = after_step(first_step);
     }
     if (!cfg_.debug_sample_log.empty()) {
@@ -597,7 +654,7 @@ TrainResult Trainer::run() {
     offset_ = 0;
     checkpoint("epoch end");
   }
-  if (graphs_) report_.graphs(graphs_->captured(), replays_, step_ - first_step);
+  if (graphs_) report_.graphs(graphs_->captured(), replays_, micro_runs_);
   // End of training (a no-op when the epoch end just wrote this step).
   if (stop == 0) checkpoint("end");
   res.stop_signal = stop;

@@ -179,6 +179,21 @@ else
     "$(grep -h 'CUDA graphs\|error' "$TMP"/cg_*.out "$TMP"/graphs_*.err)"
 fi
 
+# --- --accumulate 3: the first, middle and last micro-batch are three graphs; replay == eager ------
+for g in on off; do
+  run "acc_graphs_$g" 180 "$BIN" --device cuda --tf32 off --cuda-graphs "$g" --accumulate 3 --data "$DATA" --epochs 1 --max-steps 100 --progress off --log-dir "$TMP/acc_$g" --checkpoint-dir "$TMP/acc_$g"
+  cp "$OUT" "$TMP/acc_$g.out"
+  rc[$g]=$RC
+done
+same=$(ckpt_same "$TMP/acc_on/ckpt-00000100.h5" "$TMP/acc_off/ckpt-00000100.h5")
+line=$(grep -o "CUDA graphs: [0-9]* captured .*, [0-9]* of [0-9]* micro-batches replayed" "$TMP/acc_on.out" | tail -n 1)
+if [[ ${rc[on]} -eq 0 && ${rc[off]} -eq 0 && "$same" == identical && "$line" == "CUDA graphs: 3 captured "*", 294 of 300 micro-batches replayed" ]]; then
+  pass "accumulate_three_graphs_replay_equals_eager ($line)"
+else
+  fail "accumulate_three_graphs rc=${rc[on]}/${rc[off]}: $same; '${line:-no CUDA graphs line}' (want 3 captured, 294 of 300 replayed)" \
+    "$(grep -h 'CUDA graphs\|error' "$TMP"/acc_*.out)"
+fi
+
 # --- a capture that fails falls back to eager steps, bitwise equal to --cuda-graphs off ------------
 run cf_fail 120 "$BIN" --device cuda --tf32 off --debug-fail-capture --data "$DATA" --epochs 1 --max-steps 120 --batch-size 128 --progress off --log-dir "$TMP/cf_fail" --checkpoint-dir "$TMP/cf_fail"
 rc_fail=$RC fail_out="$OUT"

@@ -146,6 +146,20 @@ TEST(Cli, TraceFlagsParseAndTheirMistakesNameTheFlag) {
   EXPECT_NE(parse_error({"--trace-steps", "1:2"}).find("add --trace FILE"), std::string::npos);
 }
 
+TEST(Cli, AccumulateParsesAndItsMistakesNameIt) {
+  EXPECT_EQ(parse_ok({"--accumulate", "4"}).accumulate, 4);
+  EXPECT_EQ(parse_ok({}).accumulate, 1);
+  for (const char* bad : {"0", "-1", "x", "2.5", "5000"}) {
+    EXPECT_NE(parse_error({"--accumulate", bad}).find("--accumulate"), std::string::npos) << bad;
+  }
+  EXPECT_NE(parse_error({"--accumulate", "2", "--eval-only", "--resume", "auto"})
+                .find("--eval-only trains nothing"),
+            std::string::npos);
+  EXPECT_NE(parse_error({"--batch-size", "65536", "--accumulate", "4096"})
+                .find("images per rank per step is more than any dataset holds"),
+            std::string::npos);
+}
+
 TEST(Cli, ReadmeDocumentsEveryFlag) {
   std::ifstream f("README.md");
   ASSERT_TRUE(f) << "run from the repository root";

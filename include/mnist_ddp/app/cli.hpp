@@ -26,7 +26,8 @@ struct Config {
   std::string data_dir = "data/dataset";
   int epochs = 2;
   std::int64_t max_steps = 0;  // 0: no limit
-  int batch_size = 100;        // per rank
+  int batch_size = 100;        // per rank (per micro-batch with --accumulate)
+  int accumulate = 1;          // micro-batches per optimizer step (DDP's no_sync)
   int eval_batch_size = 500;   // per rank
   double lr = 0.01;
   double momentum = 0.9;

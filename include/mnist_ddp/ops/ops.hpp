@@ -73,6 +73,10 @@ class Ops {
   virtual void encode_half(std::size_t n, const float* g, std::uint16_t* h, DType type,
                            float divisor) = 0;
   virtual void decode_half(std::size_t n, const std::uint16_t* h, float* g, DType type) = 0;
+  // Gradient accumulation (--accumulate), in backend memory on the ops' stream: y[i] += x[i],
+  // and y[i] = 0.
+  virtual void add_into(std::size_t n, const float* x, float* y) = 0;
+  virtual void zero(std::size_t n, float* y) = 0;
   // Byte buffers in backend memory (maxpool argmax, int32 labels); the backend owns them.
   virtual std::uint8_t* alloc_bytes(std::size_t n) = 0;
   virtual void free_bytes(std::uint8_t* p) = 0;

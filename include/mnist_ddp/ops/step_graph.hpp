@@ -1,5 +1,6 @@
-// step_graph.hpp — CUDA graphs of the training step, one per batch size (the last batch of an
-// epoch may be smaller). The first step of a size runs eagerly: it warms everything that
+// step_graph.hpp — CUDA graphs of the training step, one per kind of step: its batch size (the
+// last batch of an epoch may be smaller) and, with --accumulate, which micro-batch it is (the
+// trainer's key). The first step of a size runs eagerly: it warms everything that
 // allocates or chooses (cuDNN plans and workspace, cuBLAS, NCCL's first collectives). The second
 // is captured on the ops' stream and launched; every later one is a single graph launch. The
 // body must only enqueue work on that stream (and on communicators bound to it); what changes per
@@ -10,6 +11,7 @@
 // size eager for the rest of the run. Nothing aborts.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <set>
@@ -40,13 +42,13 @@ class StepGraphs {
   StepGraphs(const StepGraphs&) = delete;
   StepGraphs& operator=(const StepGraphs&) = delete;
 
-  // Runs the step for batch size n: body() eagerly, or body() captured and then launched, or the
-  // captured graph launched (body not called), or, when the capture failed on some rank, body()
-  // eagerly after hooks.restore(). Says which.
-  StepRun run(int n, const std::function<void()>& body);
+  // Runs the step of key n (the trainer's: batch size and micro-batch kind): body() eagerly, or
+  // body() captured and then launched, or the captured graph launched (body not called), or, when
+  // the capture failed on some rank, body() eagerly after hooks.restore(). Says which.
+  StepRun run(std::int64_t n, const std::function<void()>& body);
   // Whether run(n, ...) would capture now (its body then becomes a graph whose replays run no
   // host code): the timeline keeps that step's spans as the replays' template.
-  bool will_capture(int n) const;
+  bool will_capture(std::int64_t n) const;
   // Graphs captured so far.
   int captured() const { return static_cast<int>(execs_.size()); }
   // The agreed description of the last failed capture ("" if none failed).
@@ -56,9 +58,9 @@ class StepGraphs {
   [[maybe_unused]] void* stream_;  // unused by the CPU-only build (cuda_stub.cpp)
   CaptureHooks hooks_;
   [[maybe_unused]] bool inject_failure_;
-  std::map<int, int> eager_runs_;  // batch size -> eager steps so far
-  std::map<int, void*> execs_;     // batch size -> cudaGraphExec_t
-  std::set<int> eager_only_;       // batch sizes whose capture failed
+  std::map<std::int64_t, int> eager_runs_;  // key -> eager steps so far
+  std::map<std::int64_t, void*> execs_;     // key -> cudaGraphExec_t
+  std::set<std::int64_t> eager_only_;       // keys whose capture failed
   std::string last_failure_;
 };
 

@@ -128,9 +128,10 @@ class Tracer {
   void defer(std::exception_ptr error) { deferred_ = error; }
   // What an open span learned later (a bucket's bytes, known once its hook has started).
   void set_bytes(int span, std::int64_t bytes);
-  // The step ended; how it ran: 0 eager, 1 captured (and launched), 2 replayed. n: its batch.
+  // The step (or micro-batch) ended; how it ran: eager, captured (and launched), replayed. key:
+  // its graph's key (StepGraphs: batch size and micro-batch kind).
   enum class Ran { Eager, Captured, Replayed };
-  void end_step(Ran how, int n);
+  void end_step(Ran how, std::int64_t key);
 
   // Outside steps (evaluation, checkpoints): host-timed spans, recorded whenever --trace is on.
   int open_host(const char* name, SpanArgs args = {});
@@ -162,8 +163,8 @@ class Tracer {
   bool recording_ = false;  // spans of this step are kept
   bool in_window_ = false;  // ... and written
   std::int64_t step_ = 0;
-  std::vector<Span> spans_;                     // this step's
-  std::map<int, std::vector<Span>> templates_;  // batch size -> the captured step's spans
+  std::vector<Span> spans_;                              // this step's
+  std::map<std::int64_t, std::vector<Span>> templates_;  // key -> the captured step's spans
   std::exception_ptr deferred_;
   std::vector<TraceEvent> events_;
 };

@@ -48,6 +48,7 @@ struct WindowFigures {
 // The epoch's gradient communication (Reducer statistics) and what carried it.
 struct CommFigures {
   ReducerStats stats;
+  std::int64_t micro_batches = 0;  // forward/backward passes behind stats.steps (--accumulate)
   std::size_t buckets = 0;
   const char* transport = "";
   bool gpu = false;
@@ -69,7 +70,8 @@ class Reporter {
                   std::int64_t sample_offset, bool preemption);
   void stopping(const char* signal, std::int64_t step);
   void capture_fell_back(int batch, const std::string& why);
-  void graphs(int captured, std::int64_t replayed, std::int64_t steps);
+  // runs: the steps of this run (micro-batches with --accumulate), replayed of them.
+  void graphs(int captured, std::int64_t replayed, std::int64_t runs);
 
  private:
   const Config& cfg_;

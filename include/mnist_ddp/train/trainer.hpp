@@ -48,6 +48,26 @@ struct GradientPath {
 };
 GradientPath choose_gradient_path(const Config& cfg, Device device, const Comm& data_comm);
 
+// One micro-batch of an optimizer step (--accumulate): its index among the step's count. The
+// first broadcasts the BN buffers (as DDP's forward after a synchronised step does), every one
+// but the last adds its gradients to the local sum (inside no_sync), the last one's join the sum
+// layer by layer as backward produces them and go out in the buckets' all-reduces.
+struct MicroBatch {
+  int index = 0;
+  int count = 1;
+  bool first() const { return index == 0; }
+  bool last() const { return index == count - 1; }
+};
+// The sizes of the micro-batches of the step that starts at `offset` of an epoch of
+// `epoch_size` samples: up to `accumulate` of `batch` each, while samples remain (the epoch's last
+// step may have fewer, and its last micro-batch fewer samples). Pure: unit-tested.
+std::vector<int> micro_batch_sizes(std::int64_t offset, std::int64_t epoch_size, int batch,
+                                   int accumulate);
+// The CUDA graph a micro-batch runs as (StepGraphs' key): batch size, micro-batch count (the loss
+// scale) and kind (the only micro-batch / the first / a middle one / the last). Distinct for
+// distinct graphs; --accumulate 1 gives one key per batch size, as before.
+std::int64_t step_graph_key(int n, const MicroBatch& mb);
+
 class Trainer {
  public:
   // comm: host-memory control collectives (agreement, metrics, evaluation sums); data_comm:
@@ -75,17 +95,20 @@ class Trainer {
   TrainingState state() const;
 
  private:
-  // One training step of n samples at offset_: eager, or captured / replayed as a CUDA graph,
-  // then end_step. The only place a step runs.
-  void train_step(int n);
-  // The step itself, the one place it is assembled: gather the batch, BN-buffer broadcast,
-  // forward, loss (summed on the backend), backward with the gradient all-reduce, SGD. Enqueues
-  // only and counts nothing (capturable on a GPU).
-  void enqueue_step(int n);
-  // The host-side accounting of the step just run, however it ran (a graph replay runs no host
-  // code): the step counter, and the counts derived from it (BN num_batches_tracked, the
-  // optimizer's steps, the Reducer's bytes), the position and the window.
-  void end_step(int n);
+  // One optimizer step over micro-batches of these sizes at offset_ (one without --accumulate):
+  // each eager, or captured / replayed as a CUDA graph, then end_micro; then end_step. The only
+  // place a step runs.
+  void train_step(const std::vector<int>& sizes);
+  // A micro-batch, the one place a step is assembled: gather the batch, BN-buffer broadcast
+  // (first), forward, loss (summed on the backend; the gradient scaled by 1/(n x count)),
+  // backward; not the last: its gradients join the local sum; the last: with the gradient
+  // all-reduce, then SGD. Enqueues only and counts nothing (capturable on a GPU).
+  void enqueue_step(int n, const MicroBatch& mb);
+  // The host-side accounting of the micro-batch / the step just run, however it ran (a graph
+  // replay runs no host code): BN num_batches_tracked, the position and the window per
+  // micro-batch; the step counter and what counts steps (the optimizer's, the Reducer's bytes).
+  void end_micro(int n);
+  void end_step();
   // The end of a phase of the step being assembled (step_phases.hpp; CPU steps only).
   void mark(Phase p);
   // After each step in run(): replica check, progress, log window, the agreed stop signal,
@@ -150,9 +173,12 @@ class Trainer {
   double window_loss_ = 0;
   std::int64_t window_images_ = 0;
   double last_lr_ = 0;
-  Tensor x_;                   // [max_batch][784] in backend memory
-  Tensor dlogits_;             // [max_batch][10]
-  std::int32_t* y_ = nullptr;  // [max_batch] labels in backend memory
+  Tensor x_;         // [max_batch][784] in backend memory
+  Tensor dlogits_;   // [max_batch][10]
+  Tensor grad_sum_;  // [params] --accumulate: the step's earlier micro-batches' gradients
+  std::int64_t micro_batches_ = 0;  // run since the last comm report (--accumulate)
+  std::int64_t micro_runs_ = 0;     // micro-batches run in this run (a step each without it)
+  std::int32_t* y_ = nullptr;       // [max_batch] labels in backend memory
 };
 
 }  // namespace mnist_ddp

@@ -1,6 +1,7 @@
 // host_ops.cpp — the layout-independent host ops shared by the CPU backends (reference kernels).
 #include "ops/cpu/host_ops.hpp"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -48,6 +49,12 @@ void HostOps::decode_half(std::size_t n, const std::uint16_t* h, float* g, DType
   } else {
     for (std::size_t i = 0; i < n; ++i) g[i] = from_bf16(h[i]);
   }
+}
+void HostOps::add_into(std::size_t n, const float* x, float* y) {
+  for (std::size_t i = 0; i < n; ++i) y[i] += x[i];
+}
+void HostOps::zero(std::size_t n, float* y) {
+  std::fill(y, y + n, 0.0f);
 }
 std::uint8_t* HostOps::alloc_bytes(std::size_t n) {
   return static_cast<std::uint8_t*>(std::malloc(n > 0 ? n : 1));

@@ -25,6 +25,8 @@ class HostOps : public Ops {
   void encode_half(std::size_t n, const float* g, std::uint16_t* h, DType type,
                    float divisor) override;
   void decode_half(std::size_t n, const std::uint16_t* h, float* g, DType type) override;
+  void add_into(std::size_t n, const float* x, float* y) override;
+  void zero(std::size_t n, float* y) override;
   std::uint8_t* alloc_bytes(std::size_t n) override;
   void free_bytes(std::uint8_t* p) override;
   void upload(const void* host, void* backend, std::size_t bytes) override;

@@ -331,6 +331,10 @@ __global__ void from16_kernel(std::size_t n, const T* x, float* y) {
   const std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
   if (i < n) y[i] = from16(x[i]);
 }
+__global__ void add_into_kernel(std::size_t n, const float* x, float* y) {
+  const std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
+  if (i < n) y[i] += x[i];
+}
 // PyTorch's fp16/bf16 compress hook, encode: h = T(float(T(g)) / divisor) (the cast, then the
 // division in 16 bits: computed in fp32, rounded to T).
 template <typename T>
@@ -681,6 +685,14 @@ class CudaOps final : public Ops {
                                                              g);
     }
     CUDA_CHECK(cudaGetLastError());
+  }
+  void add_into(std::size_t n, const float* x, float* y) override {
+    if (n == 0) return;
+    add_into_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(n, x, y);
+    CUDA_CHECK(cudaGetLastError());
+  }
+  void zero(std::size_t n, float* y) override {
+    CUDA_CHECK(cudaMemsetAsync(y, 0, n * sizeof(float), stream_));  // capturable (a memset node)
   }
   void sgd_step(std::size_t n, float* p, const float* g, float* buf, const SgdParams& s) override {
     sgd_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(

@@ -26,13 +26,13 @@ StepGraphs::~StepGraphs() {
   for (auto& [n, exec] : execs_) cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(exec));
 }
 
-bool StepGraphs::will_capture(int n) const {
+bool StepGraphs::will_capture(std::int64_t n) const {
   const auto eager = eager_runs_.find(n);
   return !execs_.contains(n) && !eager_only_.contains(n) && eager != eager_runs_.end() &&
          eager->second > 0;
 }
 
-StepRun StepGraphs::run(int n, const std::function<void()>& body) {
+StepRun StepGraphs::run(std::int64_t n, const std::function<void()>& body) {
   auto* stream = static_cast<cudaStream_t>(stream_);
   if (auto it = execs_.find(n); it != execs_.end()) {
     CUDA_CHECK(cudaGraphLaunch(static_cast<cudaGraphExec_t>(it->second), stream));
