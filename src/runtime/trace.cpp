@@ -81,8 +81,20 @@ Tracer::Tracer(StampClock& clock, bool on, TraceWindow window)
 void Tracer::begin_step(std::int64_t step, bool capturable) {
   step_ = step;
   in_window_ = on_ && window_.contains(step);
-  recording_ = in_window_ || (on_ && capturable);
+  // Step 0 is never a sample (its first-use costs: cuDNN plans, workspace). A captured step is a
+  // replay template only with --trace: its stamps become nodes of the graph, which every replay
+  // would pay for; without --trace, replays are not timed (the sample stays empty).
+  sampled_ = sample_every_ > 0 && step > 0 && step % sample_every_ == 0 && (on_ || !capturable);
+  recording_ = in_window_ || sampled_ || (on_ && capturable);
   spans_.clear();
+}
+
+bool Tracer::take_sample(std::vector<TraceEvent>& out) {
+  if (!has_sample_) return false;
+  out = std::move(sample_);
+  sample_.clear();
+  has_sample_ = false;
+  return true;
 }
 
 int trace_tid(Track track, int bucket) {
@@ -122,12 +134,21 @@ void Tracer::end_step(Ran how, std::int64_t n) {
   if (!recording_) return;
   // A captured step's stamps are nodes of its graph: each replay records them again.
   if (how == Ran::Captured) templates_[n] = spans_;
-  if (in_window_) {
+  if (in_window_ || sampled_) {
+    const std::vector<Span>* spans = &spans_;
     if (how == Ran::Replayed) {
       const auto t = templates_.find(n);
-      if (t != templates_.end()) emit(t->second);
-    } else {
-      emit(spans_);
+      spans = t != templates_.end() ? &t->second : nullptr;
+    }
+    if (spans != nullptr) {
+      std::vector<TraceEvent> timed = resolve(*spans);
+      if (sampled_) {
+        sample_ = timed;
+        has_sample_ = true;
+      }
+      if (in_window_) {
+        for (TraceEvent& e : timed) events_.push_back(std::move(e));
+      }
     }
   }
   // The step's stamps are read: their ids may be reused. (Stamps recorded inside a graph are its
@@ -142,7 +163,8 @@ void Tracer::rewind(std::size_t mark) {
   deferred_ = nullptr;
 }
 
-void Tracer::emit(const std::vector<Span>& spans) {
+std::vector<TraceEvent> Tracer::resolve(const std::vector<Span>& spans) {
+  std::vector<TraceEvent> out;
   std::vector<int> ids;
   ids.reserve(spans.size() * 2);
   std::vector<const Span*> kept;  // spans with both ends stamped
@@ -163,8 +185,9 @@ void Tracer::emit(const std::vector<Span>& spans) {
     e.args = span.args;
     e.args.step = step_;  // a graph's template was recorded at another step
     e.hook = span.hook;
-    events_.push_back(std::move(e));
+    out.push_back(std::move(e));
   }
+  return out;
 }
 
 int Tracer::open_host(const char* name, SpanArgs args) {

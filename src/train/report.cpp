@@ -118,22 +118,20 @@ void Reporter::comm_epoch(const StepPosition& at, const CommFigures& c) {
                 {"exposed_s", rs.exposed_seconds}});
 }
 
-void Reporter::step_phases(const StepPosition& at, std::size_t steps, const PhaseSeconds& m) {
+void Reporter::step_phases(const StepPosition& at, std::size_t steps, const PhaseSeconds& m,
+                           const std::string& timing) {
   if (steps == 0) return;
   const auto ms = [&](Phase p) { return 1e3 * m[static_cast<std::size_t>(p)]; };
   double sum = 0;
   for (const double s : m) sum += s;
   log_.info(fmt::format(
-      "step time epoch {} (rank 0, per-phase medians over {} steps): {:.2f} ms = data {:.2f} + "
+      "step time epoch {} (rank 0, per-phase medians over {} steps{}): {:.2f} ms = data {:.2f} + "
       "forward {:.2f} "
       "+ backward {:.2f} + exposed comm {:.2f} + optimizer {:.2f} ms",
-      at.epoch + 1, steps, 1e3 * sum, ms(Phase::Data), ms(Phase::Forward), ms(Phase::Backward),
-      ms(Phase::Comm), ms(Phase::Optimizer)));
-  nlohmann::json rec = {{"event", "step_time"},
-                        {"epoch", at.epoch + 1},
-                        {"step", at.step},
-                        {"steps", steps},
-                        {"total_ms", 1e3 * sum}};
+      at.epoch + 1, steps, timing == "host clocks" ? "" : ", " + timing, 1e3 * sum, ms(Phase::Data),
+      ms(Phase::Forward), ms(Phase::Backward), ms(Phase::Comm), ms(Phase::Optimizer)));
+  nlohmann::json rec = {{"event", "step_time"}, {"epoch", at.epoch + 1}, {"step", at.step},
+                        {"steps", steps},       {"timing", timing},      {"total_ms", 1e3 * sum}};
   for (const auto& [phase, name] : kPhaseNames) rec[std::string(name) + "_ms"] = ms(phase);
   log_.metrics(rec);
 }

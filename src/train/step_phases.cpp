@@ -2,6 +2,7 @@
 #include "mnist_ddp/train/step_phases.hpp"
 
 #include <algorithm>
+#include <string_view>
 
 namespace mnist_ddp {
 
@@ -17,7 +18,34 @@ void StepPhases::mark(Phase p) {
 }
 
 void StepPhases::end() {
-  for (std::size_t i = 0; i < kPhases; ++i) samples_[i].push_back(current_[i]);
+  add(current_);
+}
+
+void StepPhases::add(const PhaseSeconds& step) {
+  for (std::size_t i = 0; i < kPhases; ++i) samples_[i].push_back(step[i]);
+}
+
+PhaseSeconds phase_seconds_of(const std::vector<TraceEvent>& spans) {
+  PhaseSeconds out{};
+  const auto add = [&](Phase p, const TraceEvent& e) {
+    out[static_cast<std::size_t>(p)] += 1e-6 * e.dur_us;
+  };
+  for (const TraceEvent& e : spans) {
+    if (e.track != Track::Compute || e.dur_us < 0) continue;
+    const std::string_view name = e.name;
+    if (name == "data") {
+      add(Phase::Data, e);
+    } else if (name.starts_with("forward ") || name == "loss") {
+      add(Phase::Forward, e);
+    } else if (name.starts_with("backward ")) {
+      add(Phase::Backward, e);
+    } else if (name == "wait for gradients") {
+      add(Phase::Comm, e);
+    } else if (name == "optimizer") {
+      add(Phase::Optimizer, e);
+    }
+  }
+  return out;
 }
 
 PhaseSeconds StepPhases::take_medians() {

@@ -134,8 +134,11 @@ Trainer::Trainer(const Config& cfg, Comm& comm, Comm& data_comm, Ops& ops, ConvN
   lr_.total_steps = total_steps_;
   lr_.min_lr = cfg.min_lr;
   const GradientPath path = choose_gradient_path(cfg, ops.device(), data_comm);
-  // Host clocks time a CPU step; a GPU step's host code only enqueues (or is a graph replay).
+  // Host clocks time a CPU step; a GPU step's host code only enqueues (or is a graph replay), so
+  // the timeline's CUDA events time every kGpuPhaseSampleEvery-th step instead (one sync each):
+  // eager steps always, graph replays with --trace (trace.hpp).
   time_phases_ = ops.device() == Device::Cpu;
+  if (!time_phases_ && tracer != nullptr) tracer->sample_every(kGpuPhaseSampleEvery);
   // Where the buckets are reduced. GPU: the data communicator (NCCL on its own stream while the
   // compute stream goes on with the earlier layers; host-staged MPI: blocking, through the
   // host). CPU: the data communicator (MPI_Test from backward), or the communication thread.
@@ -194,6 +197,8 @@ void Trainer::train_step(const std::vector<int>& sizes) {
   last_lr_ = learning_rate(lr_, step_, epoch_);
   if (time_phases_) phases_.begin();
   const int count = static_cast<int>(sizes.size());
+  PhaseSeconds sampled{};  // GPU: the step's phases from its CUDA events, when sampled
+  bool was_sampled = false;
   for (int i = 0; i < count; ++i) {
     const int n = sizes[static_cast<std::size_t>(i)];
     const MicroBatch mb{i, count};
@@ -214,10 +219,18 @@ void Trainer::train_step(const std::vector<int>& sizes) {
     } else if (how == StepRun::FellBack) {
       report_.capture_fell_back(n, graphs_->last_failure());
     }
-    // Sync (GPU, traced steps only): the micro-batch's CUDA events are read here.
-    if (tracer_ != nullptr) tracer_->end_step(ran, key);
+    // Sync (GPU, traced and sampled steps only): the micro-batch's CUDA events are read here.
+    if (tracer_ != nullptr) {
+      tracer_->end_step(ran, key);
+      if (std::vector<TraceEvent> spans; tracer_->take_sample(spans)) {
+        const PhaseSeconds p = phase_seconds_of(spans);
+        for (std::size_t k = 0; k < kPhases; ++k) sampled[k] += p[k];
+        was_sampled = true;
+      }
+    }
     end_micro(n);
   }
+  if (was_sampled) phases_.add(sampled);
   end_step();
 }
 
@@ -606,9 +619,12 @@ EvalResult Trainer::end_epoch(bool epoch_done) {
                      CommFigures{reducer_->take_stats(), std::exchange(micro_batches_, 0),
                                  reducer_->buckets().size(), data_comm_.transport(),
                                  ops_.device() == Device::Cuda});
-  if (time_phases_) {
+  if (phases_.steps() > 0) {
     const std::size_t steps = phases_.steps();  // before take_medians() clears them
-    report_.step_phases(position(), steps, phases_.take_medians());
+    report_.step_phases(position(), steps, phases_.take_medians(),
+                        time_phases_ ? std::string("host clocks")
+                                     : fmt::format("timed by CUDA events on every {}th step",
+                                                   kGpuPhaseSampleEvery));
   }
   const EvalResult e = evaluate();
   const double train_s = clock_.seconds();

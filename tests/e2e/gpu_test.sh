@@ -7,7 +7,8 @@
 # GPU -> GPU resume bitwise equal to the uninterrupted run; CUDA graph replay (replays counted)
 # bitwise equal to eager; a failing capture falls back to eager, bitwise equal to graphs off;
 # bucketed overlap equal to one all-reduce (2 ranks, --comm mpi; and NCCL's stream, world of one);
-# --amp fp16/bf16; SyncBN; post-local SGD (world of one). Checkpoint comparisons need python3 with
+# --amp fp16/bf16; SyncBN; post-local SGD (world of one); the timeline and the step-time split from
+# CUDA events (graph replays included). Checkpoint comparisons need python3 with
 # h5py and numpy.
 source "$(dirname "$0")/lib.sh"
 DATA="$REPO/data/dataset"
@@ -101,6 +102,25 @@ fi
 run gpu_nccl1 120 mpirun -np 1 "$BIN" --device cuda --comm nccl --data "$DATA" --epochs 1 --max-steps 50 --progress off --log-dir "$TMP/g2" --checkpoint-dir "$TMP/g2"
 if [[ $RC -eq 0 ]] && grep -q "done: 50 steps" "$OUT"; then pass "nccl_world_of_one"; else fail "nccl_world_of_one rc=$RC" "$(show)"; fi
 
+# --- the timeline and the step-time split on the GPU: CUDA events, also inside graph replays -------
+# Step 1 is captured; steps 60..63 (traced) and 50 and 100 (sampled for the split) are replays: their
+# spans come from the captured step's event nodes. check_trace.py holds what every trace must hold.
+run gpu_trace 120 mpirun -np 1 "$BIN" --device cuda --comm nccl --data "$DATA" --epochs 1 --max-steps 120 --trace "$TMP/gpu_trace.json" --trace-steps 60:64 --progress off --log-dir "$TMP/gt" --checkpoint-dir "$TMP/gt"
+got=$(python3 "$REPO/tests/e2e/check_trace.py" "$TMP/gpu_trace.json" --ranks 1 --steps 60:64 --param-bytes 116136 2>&1)
+trc=$?
+split=$(python3 -c "
+import json, sys
+r = [json.loads(l) for l in open(sys.argv[1]) if '\"step_time\"' in l]
+p = [r[0][k + '_ms'] for k in ('data', 'forward', 'backward', 'optimizer')] if r else []
+ok = len(r) == 1 and r[0]['steps'] == 2 and r[0]['timing'] == 'timed by CUDA events on every 50th step' and all(v > 0 for v in p) and r[0]['comm_ms'] >= 0
+print('ok %.3f ms' % r[0]['total_ms'] if ok else 'bad %s' % r)" "$TMP/gt/metrics.jsonl" 2>&1)
+if [[ $RC -eq 0 && $trc -eq 0 && "$split" == ok* ]] && grep -q "CUDA graphs: 1 captured" "$OUT" &&
+   grep -q "^step time epoch 1 (rank 0, per-phase medians over 2 steps, timed by CUDA events on every 50th step): " "$OUT"; then
+  pass "gpu_trace_and_step_split_from_cuda_events ($got; ${split#ok })"
+else
+  fail "gpu_trace rc=$RC check_trace=$trc split=$split" "$got" "$(show)"
+fi
+
 # --- two ranks sharing the GPU (host-staged MPI) ----------------------------------------------------
 run gpu_shared 120 mpirun -np 2 "$BIN" --device cuda --comm mpi --data "$DATA" --epochs 1 --max-steps 50 --check-replicas 10 --progress off --log-dir "$TMP/g3" --checkpoint-dir "$TMP/g3"
 if [[ $RC -eq 0 ]] && grep -q "done: 50 steps" "$OUT"; then
@@ -177,6 +197,15 @@ if [[ ${rc[on]} -eq 0 && ${rc[off]} -eq 0 && "$same" == identical && "$cap" == 2
 else
   fail "cuda_graphs_replay_equals_eager rc=${rc[on]}/${rc[off]}: $same; '${line:-no CUDA graphs line}' (want 2 captured, replays > 0 and >= steps - 4)" \
     "$(grep -h 'CUDA graphs\|error' "$TMP"/cg_*.out "$TMP"/graphs_*.err)"
+fi
+
+# Without --trace the split times eager steps only: graphs off has it, graph replays do not (their
+# graphs carry no event nodes).
+if grep -q "^step time epoch 1 (rank 0, per-phase medians over 9 steps, timed by CUDA events on every 50th step): " "$TMP/cg_off.out" &&
+   ! grep -q "^step time" "$TMP/cg_on.out"; then
+  pass "gpu_step_split_of_eager_steps_without_trace"
+else
+  fail "gpu_step_split_without_trace (want a split over 9 steps with graphs off, none with graphs on)" "$(grep -h '^step time' "$TMP"/cg_*.out)"
 fi
 
 # --- --accumulate 3: the first, middle and last micro-batch are three graphs; replay == eager ------

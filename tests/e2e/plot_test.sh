@@ -18,7 +18,7 @@ split=$(/usr/bin/python3 -c "
 import json, sys
 r = [json.loads(l) for l in open(sys.argv[1]) if '\"step_time\"' in l]
 p = [r[0][k + '_ms'] for k in ('data', 'forward', 'backward', 'comm', 'optimizer')] if r else []
-ok = len(r) == 1 and r[0]['steps'] == 30 and all(v > 0 for v in p) and abs(sum(p) - r[0]['total_ms']) < 1e-6
+ok = len(r) == 1 and r[0]['steps'] == 30 and r[0]['timing'] == 'host clocks' and all(v > 0 for v in p) and abs(sum(p) - r[0]['total_ms']) < 1e-6
 print('ok %.2f ms' % r[0]['total_ms'] if ok else 'bad %s' % r)" "$M")
 if [[ "$split" == ok* ]] && grep -q "^step time epoch 1 (rank 0, per-phase medians over 30 steps): [0-9.]* ms = data [0-9.]* + forward [0-9.]* + backward [0-9.]* + exposed comm [0-9.]* + optimizer [0-9.]* ms" "$OUT"; then
   pass "epoch_step_time_split_into_five_phases (${split#ok })"

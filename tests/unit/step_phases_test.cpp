@@ -55,5 +55,40 @@ TEST(StepPhases, EvenStepCountTakesTheMeanOfTheMiddleTwo) {
   EXPECT_GE(data, 0.004);  // (>= 2 ms + >= 6 ms) / 2
 }
 
+TEST(StepPhases, AGpuStepsSpansMapOntoThePhases) {
+  auto span = [](const char* name, double dur_us, Track track = Track::Compute) {
+    TraceEvent e;
+    e.name = name;
+    e.track = track;
+    e.dur_us = dur_us;
+    return e;
+  };
+  const std::vector<TraceEvent> spans = {span("step", 9000),
+                                         span("data", 100),
+                                         span("forward layer1", 200),
+                                         span("forward layer2", 300),
+                                         span("forward fc", 50),
+                                         span("loss", 25),
+                                         span("backward fc", 60),
+                                         span("backward layer2", 700),
+                                         span("backward layer1", 400),
+                                         span("allreduce bucket 0", 5000, Track::Comm),
+                                         span("wait for gradients", 80),
+                                         span("optimizer", 30)};
+  const PhaseSeconds p = phase_seconds_of(spans);
+  EXPECT_NEAR(p[static_cast<std::size_t>(Phase::Data)], 100e-6, 1e-12);
+  EXPECT_NEAR(p[static_cast<std::size_t>(Phase::Forward)], 575e-6, 1e-12);
+  EXPECT_NEAR(p[static_cast<std::size_t>(Phase::Backward)], 1160e-6, 1e-12);
+  EXPECT_NEAR(p[static_cast<std::size_t>(Phase::Comm)], 80e-6, 1e-12);
+  EXPECT_NEAR(p[static_cast<std::size_t>(Phase::Optimizer)], 30e-6, 1e-12);
+  // Such steps join the medians like host-timed ones.
+  StepPhases ph;
+  ph.add(p);
+  ph.add(PhaseSeconds{});
+  ph.add(p);
+  EXPECT_EQ(ph.steps(), 3u);
+  EXPECT_NEAR(ph.take_medians()[static_cast<std::size_t>(Phase::Backward)], 1160e-6, 1e-12);
+}
+
 }  // namespace
 }  // namespace mnist_ddp

@@ -173,6 +173,67 @@ TEST(Tracer, HostSpansAndInstantsAreKeptOutsideTheWindow) {
   EXPECT_LT(t.events()[1].dur_us, 0);  // an instant
 }
 
+// Steps 0..11 of batch 100, sampled every 5th: with graphs (eager before capture_at, captured
+// there, replayed after) or without. Returns the steps that gave a sample; checks each sample's
+// one span.
+std::vector<std::int64_t> sampled_steps(Tracer& t, ScriptedClock& clock, bool graphs,
+                                        std::int64_t capture_at = 1) {
+  t.sample_every(5);
+  std::vector<std::int64_t> sampled;
+  for (std::int64_t step = 0; step < 12; ++step) {
+    t.begin_step(step, graphs && step == capture_at);
+    const auto ran = !graphs || step < capture_at ? Tracer::Ran::Eager
+                     : step == capture_at         ? Tracer::Ran::Captured
+                                                  : Tracer::Ran::Replayed;
+    if (ran != Tracer::Ran::Replayed) {
+      clock.now = 10;
+      const TraceScope s(&t, "optimizer", Track::Compute);
+      clock.now = 12.5;
+    }
+    clock.replay = 1000.0 * static_cast<double>(step);
+    t.end_step(ran, 100);
+    if (std::vector<TraceEvent> spans; t.take_sample(spans)) {
+      EXPECT_EQ(spans.size(), 1u) << step;
+      if (spans.size() != 1) continue;
+      EXPECT_EQ(spans[0].name, "optimizer");
+      EXPECT_DOUBLE_EQ(spans[0].dur_us, 2.5);
+      EXPECT_EQ(spans[0].args.step, step);
+      sampled.push_back(step);
+    }
+  }
+  std::vector<TraceEvent> none;
+  EXPECT_FALSE(t.take_sample(none));  // a sample is taken once
+  return sampled;
+}
+
+TEST(Tracer, SamplingTimesEveryNthEagerStepAfterStepZero) {
+  ScriptedClock clock;
+  Tracer t(clock, false, TraceWindow{});  // no --trace: only the breakdown's samples
+  EXPECT_EQ(sampled_steps(t, clock, false), (std::vector<std::int64_t>{5, 10}));
+  EXPECT_TRUE(t.events().empty());  // nothing for a trace file
+}
+
+TEST(Tracer, SampledGraphReplaysAreTimedOnlyWhenTheTraceStampedTheGraph) {
+  {
+    ScriptedClock clock;
+    Tracer t(clock, false, TraceWindow{});
+    EXPECT_TRUE(sampled_steps(t, clock, true).empty());
+    // The captured step recorded no stamps: the graph has no event nodes to pay for.
+    EXPECT_EQ(clock.stamp(), 0);
+  }
+  {
+    // Not even when the capture falls on a sampled step: that step goes unsampled.
+    ScriptedClock clock;
+    Tracer t(clock, false, TraceWindow{});
+    EXPECT_TRUE(sampled_steps(t, clock, true, 5).empty());
+    EXPECT_EQ(clock.stamp(), 0);
+  }
+  ScriptedClock clock;
+  Tracer t(clock, true, TraceWindow{1000, 1001});  // --trace, its window after this run
+  EXPECT_EQ(sampled_steps(t, clock, true), (std::vector<std::int64_t>{5, 10}));
+  EXPECT_TRUE(t.events().empty());
+}
+
 TEST(TraceOutput, OneRanksEventsAreChromeTraceEventsOnNamedTracksOneLanePerBucket) {
   std::vector<TraceEvent> ev(4);
   ev[0].name = "backward fc";

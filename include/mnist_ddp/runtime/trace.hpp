@@ -144,6 +144,15 @@ class Tracer {
   std::size_t mark() const { return spans_.size(); }
   void rewind(std::size_t mark);
 
+  // Sampling for the step-time breakdown (a GPU's host clocks would only time the enqueue): every
+  // `every`-th step after step 0 is timed (one stream sync) when its stamps exist: an eager step
+  // always, a graph replay only with --trace (the captured step's stamps are graph nodes then; a
+  // graph without them costs nothing extra per replay); 0: off.
+  void sample_every(std::int64_t every) { sample_every_ = every; }
+  // The timed spans of the sampled step (or micro-batch) just ended, once; false when it was not
+  // sampled.
+  bool take_sample(std::vector<TraceEvent>& out);
+
   const std::vector<TraceEvent>& events() const { return events_; }
   double origin_unix_us() const { return clock_.origin_unix_us(); }
 
@@ -155,13 +164,18 @@ class Tracer {
     std::string hook;
     int begin = -1, end = -1;  // stamp ids
   };
-  void emit(const std::vector<Span>& spans);
+  // The spans' times, as events (read from the clock: a GPU clock waits for them).
+  std::vector<TraceEvent> resolve(const std::vector<Span>& spans);
   StampClock& clock_;
   bool ranges_;  // the clock's NVTX ranges (asked once: off, a span costs one branch)
   bool on_;
   TraceWindow window_;
   bool recording_ = false;  // spans of this step are kept
   bool in_window_ = false;  // ... and written
+  std::int64_t sample_every_ = 0;
+  bool sampled_ = false;  // this step is timed for the breakdown
+  bool has_sample_ = false;
+  std::vector<TraceEvent> sample_;
   std::int64_t step_ = 0;
   std::vector<Span> spans_;                              // this step's
   std::map<std::int64_t, std::vector<Span>> templates_;  // key -> the captured step's spans

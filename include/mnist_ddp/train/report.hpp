@@ -63,7 +63,9 @@ class Reporter {
   void eval(const StepPosition& at, const EvalResult& e);
   void comm_epoch(const StepPosition& at, const CommFigures& c);
   // The epoch's median step split into phases (this rank's `steps` steps; CPU).
-  void step_phases(const StepPosition& at, std::size_t steps, const PhaseSeconds& median);
+  // timing: how the steps were timed ("host clocks", or the GPU's CUDA events on a sample).
+  void step_phases(const StepPosition& at, std::size_t steps, const PhaseSeconds& median,
+                   const std::string& timing);
   void epoch(const StepPosition& at, bool done, const EvalResult& e, double train_s,
              double images_per_s, std::uint64_t comm_bytes);
   void checkpoint(const StepPosition& at, const std::string& path, const char* why,

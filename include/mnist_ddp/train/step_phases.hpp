@@ -3,7 +3,8 @@
 // inside it), exposed communication (waiting for the all-reduces after backward) and the optimizer,
 // timed on the host at the phase boundaries of the step's one assembly (Trainer::enqueue_step).
 // Each epoch reports the median of every phase over its steps. Host clocks time a CPU step; on a
-// GPU they would time the enqueue, so the trainer does not time GPU steps.
+// GPU they would time the enqueue, so a GPU step is timed by the timeline's CUDA events instead
+// (trace.hpp), on a sample of the steps: phase_seconds_of turns its spans into phases.
 #pragma once
 
 #include <array>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "mnist_ddp/runtime/enum_names.hpp"
+#include "mnist_ddp/runtime/trace.hpp"
 
 namespace mnist_ddp {
 
@@ -26,6 +28,11 @@ inline constexpr std::array<NameOf<Phase>, kPhases> kPhaseNames{{{Phase::Data, "
 // Seconds per phase, indexed by Phase.
 using PhaseSeconds = std::array<double, kPhases>;
 
+// A step's phases from its timeline spans (one step or micro-batch): "data"; "forward <layer>" and
+// "loss" (forward); "backward <layer>"; "wait for gradients" (exposed communication);
+// "optimizer". Other spans (the step itself, communication lanes) count nowhere.
+PhaseSeconds phase_seconds_of(const std::vector<TraceEvent>& spans);
+
 class StepPhases {
  public:
   using Clock = std::chrono::steady_clock;
@@ -36,6 +43,8 @@ class StepPhases {
   void mark(Phase p);
   // The step ended: its phases join the samples.
   void end();
+  // A step timed elsewhere (a GPU step's CUDA events) joins the samples.
+  void add(const PhaseSeconds& step);
   std::size_t steps() const { return samples_[0].size(); }
   // The median of each phase over the steps since the last take (zeros when none); clears them.
   PhaseSeconds take_medians();

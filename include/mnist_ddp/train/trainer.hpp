@@ -68,6 +68,9 @@ std::vector<int> micro_batch_sizes(std::int64_t offset, std::int64_t epoch_size,
 // distinct graphs; --accumulate 1 gives one key per batch size, as before.
 std::int64_t step_graph_key(int n, const MicroBatch& mb);
 
+// GPU steps timed for the per-epoch breakdown: every this many (StepPhases, trace.hpp).
+inline constexpr std::int64_t kGpuPhaseSampleEvery = 50;
+
 class Trainer {
  public:
   // comm: host-memory control collectives (agreement, metrics, evaluation sums); data_comm:
