@@ -1,6 +1,7 @@
 // job.cpp — the set-up phases of a run (job.hpp), moved out of main unchanged in behaviour.
 #include "mnist_ddp/app/job.hpp"
 
+#include <hdf5.h>
 #include <unistd.h>
 
 #include <fmt/format.h>
@@ -12,6 +13,7 @@
 
 #include "mnist_ddp/app/communicators.hpp"
 #include "mnist_ddp/checkpoint/checkpoint.hpp"
+#include "mnist_ddp/checkpoint/store.hpp"
 #include "mnist_ddp/dist/reducer.hpp"
 #include "mnist_ddp/model/model.hpp"
 #include "mnist_ddp/ops/ops.hpp"
@@ -20,6 +22,15 @@
 #include "mnist_ddp/runtime/signals.hpp"
 
 namespace mnist_ddp {
+
+int prepare_process() {
+  H5dont_atexit();
+  if (const auto problem = launch_problem_before_mpi(read_launch_env())) {
+    std::fprintf(stderr, "mnist_ddp: error: %s\n", problem->c_str());
+    return kExitUserError;
+  }
+  return kExitOk;
+}
 
 int exit_status_of(int rank, const std::function<int()>& body,
                    const std::function<void(const std::string&)>& on_failure) {

@@ -1,10 +1,7 @@
 // main.cpp — mnist_ddp's entry point, a table of contents: set up (identity, configuration,
 // placement, log, data), build (communicators, ops, model, trainer, start state), train, report,
 // tear down explicitly and in order (NCCL -> CUDA -> MPI_Finalize).
-#include <hdf5.h>
-
 #include <algorithm>
-#include <cstdio>
 
 #include "mnist_ddp/app/communicators.hpp"
 #include "mnist_ddp/app/finish.hpp"
@@ -52,9 +49,7 @@ int run(int argc, char** argv, int rank, int world, const MpiLocality& locality,
   const std::int64_t step =
       restore_start_state(comms.control(), cfg, data, *ops, model, trainer, *log);
   if (cfg.eval_only) return evaluate_only(comms.control(), trainer, data, step, *log);
-  if (cfg.trace_steps.empty()) tracer.set_window(default_trace_window(step, trainer.total_steps()));
-  const TraceFile trace{tracer, cfg.trace, where.ranks,
-                        trace_other_data(cfg, tracer.window(), world)};
+  const TraceFile trace = trace_file(tracer, cfg, step, trainer.total_steps(), where.ranks, world);
   return train_and_report(comms.control(), cfg, trainer, data, *log,
                           cfg.trace.empty() ? nullptr : &trace);
 }
@@ -63,14 +58,7 @@ int run(int argc, char** argv, int rank, int world, const MpiLocality& locality,
 
 int main(int argc, char** argv) {
   using namespace mnist_ddp;
-  // HDF5's exit-time cleanup would try to close a checkpoint file whose write failed (full disk)
-  // and crash; the process ends right after such a failure anyway, so skip that cleanup.
-  H5dont_atexit();
-  // Every task of a bad srun launch says why, before MPI_Init (which could only abort).
-  if (const auto problem = launch_problem_before_mpi(read_launch_env())) {
-    std::fprintf(stderr, "mnist_ddp: error: %s\n", problem->c_str());
-    return kExitUserError;
-  }
+  if (const int code = prepare_process(); code != kExitOk) return code;  // before MPI_Init
   mpi_init(&argc, &argv);
   int rank = 0, world = 1;
   MpiLocality locality;

@@ -8,6 +8,8 @@
 #include <optional>
 #include <vector>
 
+#include "mnist_ddp/checkpoint/broadcast.hpp"
+#include "mnist_ddp/checkpoint/store.hpp"
 #include "mnist_ddp/model/model.hpp"
 #include "mnist_ddp/ops/ops.hpp"
 #include "mnist_ddp/runtime/agree.hpp"

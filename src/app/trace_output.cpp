@@ -143,6 +143,13 @@ std::string trace_other_data(const Config& cfg, const TraceWindow& window, int w
       .dump();
 }
 
+TraceFile trace_file(Tracer& tracer, const Config& cfg, std::int64_t first_step,
+                     std::int64_t total_steps, std::vector<RankPlacement> ranks, int world_size) {
+  if (cfg.trace_steps.empty()) tracer.set_window(default_trace_window(first_step, total_steps));
+  return TraceFile{tracer, cfg.trace, std::move(ranks),
+                   trace_other_data(cfg, tracer.window(), world_size)};
+}
+
 void write_trace(Comm& control, const TraceFile& file) {
   const std::string& path = file.path;
   const std::vector<RankPlacement>& ranks = file.ranks;

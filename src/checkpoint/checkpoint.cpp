@@ -1,5 +1,7 @@
-// checkpoint.cpp — HDF5 checkpoint writing (atomic), validated reading, resume discovery and
-// retention. All HDF5 calls go through HDF5_CHECK; failures become UserErrors naming the file.
+// checkpoint.cpp — the checkpoint file format: HDF5 writing (atomic), validated reading, the
+// payload and file CRCs. All HDF5 calls go through HDF5_CHECK; failures become UserErrors naming
+// the file. The directory (names, retention, resume discovery) is store.cpp; moving a state
+// between ranks is broadcast.cpp.
 #include "mnist_ddp/checkpoint/checkpoint.hpp"
 
 #include <dirent.h>
@@ -22,6 +24,7 @@
 #include <functional>
 #include <initializer_list>
 
+#include "mnist_ddp/checkpoint/store.hpp"
 #include "mnist_ddp/data/dataset.hpp"
 #include "mnist_ddp/runtime/check.hpp"
 
@@ -381,30 +384,11 @@ std::string first_non_finite(const TrainingState& s, const CheckpointLayout& lay
 
 namespace {
 
-void fsync_path(const std::string& path, bool directory) {
-  const int fd = ::open(path.c_str(), directory ? O_RDONLY | O_DIRECTORY : O_RDONLY);
-  if (fd < 0)
-    throw UserError(fmt::format("{}: cannot open for fsync: {}", path, std::strerror(errno)));
-  const int rc = ::fsync(fd);
-  const int err = errno;
-  ::close(fd);
-  if (rc != 0) throw UserError(fmt::format("{}: fsync failed: {}", path, std::strerror(err)));
-}
-
 std::string iso_now() {
   const std::time_t t = std::time(nullptr);
   char buf[32];
   std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
   return buf;
-}
-
-bool parse_step(const std::string& name, std::int64_t* step) {
-  // ckpt-<digits>.h5
-  if (name.size() < 9 || name.rfind("ckpt-", 0) != 0 || !name.ends_with(".h5")) return false;
-  const std::string digits = name.substr(5, name.size() - 8);
-  if (digits.empty() || !std::all_of(digits.begin(), digits.end(), ::isdigit)) return false;
-  *step = std::stoll(digits);
-  return true;
 }
 
 // The file's first 512 bytes are an HDF5 user block (HDF5, h5py and h5dump skip it) holding one
@@ -585,43 +569,6 @@ CheckpointLayout checkpoint_layout(const ConvNet& model) {
   l.buffers = model.buffer_entries();
   l.num_batches_tracked = {"layer1.1.num_batches_tracked", "layer2.1.num_batches_tracked"};
   return l;
-}
-
-std::string checkpoint_name(std::int64_t step) {
-  return fmt::format("ckpt-{:08d}.h5", step);
-}
-
-void prepare_checkpoint_dir(const std::string& dir) {
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) {
-    throw UserError(
-        fmt::format("--checkpoint-dir {}: cannot create the directory: {}; pass a "
-                    "writable --checkpoint-dir",
-                    dir, ec.message()));
-  }
-  const std::string probe = dir + "/.mnist_ddp-write-probe-" + std::to_string(::getpid());
-  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) {
-    throw UserError(
-        fmt::format("--checkpoint-dir {}: not writable ({}); pass a writable "
-                    "--checkpoint-dir (checked before training so no work is lost)",
-                    dir, std::strerror(errno)));
-  }
-  const bool ok = ::write(fd, "ok", 2) == 2 && ::fsync(fd) == 0;
-  const int err = errno;
-  ::close(fd);
-  ::unlink(probe.c_str());
-  if (!ok) {
-    throw UserError(fmt::format("--checkpoint-dir {}: writing a test file failed ({})", dir,
-                                std::strerror(err)));
-  }
-  // Temporaries of a writer that was killed mid-write are never valid checkpoints.
-  for (const auto& entry : fs::directory_iterator(dir, ec)) {
-    const std::string name = entry.path().filename().string();
-    if (name.rfind(".ckpt-", 0) == 0 && name.find(".tmp") != std::string::npos)
-      fs::remove(entry.path(), ec);
-  }
 }
 
 std::string save_checkpoint(const std::string& dir, const TrainingState& s,
@@ -931,173 +878,6 @@ ModelWeights load_model_weights(const std::string& path, const CheckpointLayout&
     throw UserError(fmt::format("weights {}: unreadable: {}", path, e.what()));
   } catch (const UserError& e) {
     throw UserError(fmt::format("weights {}: {}", path, e.what()));
-  }
-}
-
-bool broadcast_model_weights(Comm& comm, std::optional<ModelWeights>& weights,
-                             const CheckpointLayout& layout) {
-  std::int64_t head[5] = {0, 0, 0, 0, 0};
-  if (comm.rank() == 0 && weights) {
-    head[0] = 1;
-    head[1] = weights->step;
-    head[2] = weights->input.recorded ? 1 : 0;
-    std::memcpy(&head[3], &weights->input.mean, sizeof(double));
-    std::memcpy(&head[4], &weights->input.std, sizeof(double));
-  }
-  // Collective: whether rank 0 has weights, their step and input transform (doubles as bits).
-  comm.broadcast(std::span<std::int64_t>(head, 5), 0);
-  if (head[0] == 0) return false;
-  if (comm.rank() != 0) {
-    weights.emplace();
-    weights->step = head[1];
-    weights->input.recorded = head[2] != 0;
-    std::memcpy(&weights->input.mean, &head[3], sizeof(double));
-    std::memcpy(&weights->input.std, &head[4], sizeof(double));
-    weights->params.resize(layout.params.back().offset + layout.params.back().numel);
-    weights->buffers.resize(layout.buffers.back().offset + layout.buffers.back().numel);
-    weights->num_batches_tracked.resize(layout.num_batches_tracked.size());
-  }
-  // Collective: rank 0 alone read the file; every rank gets exactly its model.
-  comm.broadcast(std::span<float>(weights->params), 0);
-  comm.broadcast(std::span<float>(weights->buffers), 0);
-  comm.broadcast(std::span<std::int64_t>(weights->num_batches_tracked), 0);
-  return true;
-}
-
-std::vector<std::string> list_checkpoints(const std::string& dir) {
-  std::vector<std::pair<std::int64_t, std::string>> found;
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(dir, ec)) {
-    std::int64_t step = 0;
-    if (parse_step(entry.path().filename().string(), &step))
-      found.emplace_back(step, entry.path().string());
-  }
-  std::sort(found.begin(), found.end(), std::greater<>());
-  std::vector<std::string> out;
-  for (auto& [step, path] : found) out.push_back(path);
-  return out;
-}
-
-std::vector<CheckpointVerdict> verify_checkpoints(const std::string& dir,
-                                                  const CheckpointLayout& layout) {
-  std::error_code ec;
-  if (!fs::is_directory(dir, ec)) {
-    throw UserError(fmt::format("--checkpoint-dir {}: no such directory to verify", dir));
-  }
-  std::vector<CheckpointVerdict> out;
-  for (const auto& path : list_checkpoints(dir)) {
-    CheckpointVerdict v;
-    v.path = path;
-    try {
-      const TrainingState s = load_checkpoint(path, layout);
-      v.step = s.step;
-      v.world_size = s.world_size;
-    } catch (const UserError& e) {
-      v.error = e.what();
-    }
-    out.push_back(std::move(v));
-  }
-  return out;
-}
-
-std::optional<std::pair<std::string, TrainingState>> find_resume_checkpoint(
-    const std::string& dir, const CheckpointLayout& layout, std::vector<std::string>* warnings) {
-  const auto files = list_checkpoints(dir);
-  if (files.empty()) return std::nullopt;
-  for (const auto& path : files) {
-    try {
-      return std::make_pair(path, load_checkpoint(path, layout));
-    } catch (const UserError& e) {
-      warnings->push_back(fmt::format("skipping damaged checkpoint: {}", e.what()));
-    }
-  }
-  throw UserError(
-      fmt::format("--resume auto: none of the {} checkpoint(s) in {} can be loaded "
-                  "(see the warnings above); move them away to start fresh",
-                  files.size(), dir));
-}
-
-bool broadcast_training_state(Comm& comm, std::optional<TrainingState>& state,
-                              const CheckpointLayout& layout) {
-  std::int64_t head[7] = {0, 0, 0, 0, 0, 0, 0};
-  if (comm.rank() == 0 && state) {
-    head[0] = 1;
-    head[1] = state->step;
-    head[2] = state->epoch;
-    head[3] = state->sample_offset;
-    head[4] = state->world_size;
-    head[5] = state->optimizer_steps;
-    head[6] = static_cast<std::int64_t>(state->seed);
-  }
-  // Collective: whether rank 0 resumes, and the position; then the arrays.
-  comm.broadcast(std::span<std::int64_t>(head, 7), 0);
-  if (head[0] == 0) return false;
-  if (comm.rank() != 0) {
-    state.emplace();
-    state->step = head[1];
-    state->epoch = head[2];
-    state->sample_offset = head[3];
-    state->world_size = head[4];
-    state->optimizer_steps = head[5];
-    state->seed = static_cast<std::uint64_t>(head[6]);
-    const std::size_t np = layout.params.back().offset + layout.params.back().numel;
-    const std::size_t nb = layout.buffers.back().offset + layout.buffers.back().numel;
-    state->params.resize(np);
-    state->momentum.resize(np);
-    state->buffers.resize(nb);
-    state->num_batches_tracked.resize(layout.num_batches_tracked.size());
-  }
-  // Collective: rank 0 alone read the file; every rank resumes from exactly its state.
-  comm.broadcast(std::span<float>(state->params), 0);
-  comm.broadcast(std::span<float>(state->momentum), 0);
-  comm.broadcast(std::span<float>(state->buffers), 0);
-  comm.broadcast(std::span<std::int64_t>(state->num_batches_tracked), 0);
-  // Collective: the per-rank hook state. Sizes first, so every rank can allocate; names travel
-  // as their bytes packed into int64 words.
-  // The loss scale (a double) travels as its bits.
-  std::int64_t scale_bits = 0;
-  std::memcpy(&scale_bits, &state->loss_scale, sizeof scale_bits);
-  std::int64_t meta[5] = {static_cast<std::int64_t>(state->rank_arrays.size()), state->hook_iter,
-                          state->hook_rng, scale_bits, state->loss_scale_growth_tracker};
-  comm.broadcast(std::span<std::int64_t>(meta, 5), 0);
-  state->rank_arrays.resize(static_cast<std::size_t>(meta[0]));
-  state->hook_iter = meta[1];
-  state->hook_rng = meta[2];
-  std::memcpy(&state->loss_scale, &meta[3], sizeof state->loss_scale);
-  state->loss_scale_growth_tracker = meta[4];
-  // Collective: the input transform the model was trained with (doubles as bits), which every
-  // rank normalises its batches with from now on.
-  std::int64_t input[3] = {state->input.recorded ? 1 : 0, 0, 0};
-  std::memcpy(&input[1], &state->input.mean, sizeof(double));
-  std::memcpy(&input[2], &state->input.std, sizeof(double));
-  comm.broadcast(std::span<std::int64_t>(input, 3), 0);
-  state->input.recorded = input[0] != 0;
-  std::memcpy(&state->input.mean, &input[1], sizeof(double));
-  std::memcpy(&state->input.std, &input[2], sizeof(double));
-  for (auto& arrays : state->rank_arrays) {
-    std::int64_t count = static_cast<std::int64_t>(arrays.size());
-    comm.broadcast(std::span<std::int64_t>(&count, 1), 0);
-    arrays.resize(static_cast<std::size_t>(count));
-    for (auto& [name, data] : arrays) {
-      std::int64_t sizes[2] = {static_cast<std::int64_t>(name.size()),
-                               static_cast<std::int64_t>(data.size())};
-      comm.broadcast(std::span<std::int64_t>(sizes, 2), 0);
-      std::vector<std::int64_t> words(static_cast<std::size_t>(sizes[0] + 7) / 8, 0);
-      std::memcpy(words.data(), name.data(), name.size());
-      comm.broadcast(std::span<std::int64_t>(words), 0);
-      name.assign(reinterpret_cast<const char*>(words.data()), static_cast<std::size_t>(sizes[0]));
-      data.resize(static_cast<std::size_t>(sizes[1]));
-      comm.broadcast(std::span<float>(data), 0);
-    }
-  }
-  return true;
-}
-
-void prune_checkpoints(const std::string& dir, int keep) {
-  const auto files = list_checkpoints(dir);
-  std::error_code ec;
-  for (std::size_t i = static_cast<std::size_t>(std::max(keep, 1)); i < files.size(); ++i) {
-    fs::remove(files[i], ec);
   }
 }
 

@@ -14,6 +14,7 @@
 #include <fstream>
 
 #include "mnist_ddp/checkpoint/checkpoint.hpp"
+#include "mnist_ddp/checkpoint/store.hpp"
 
 extern char** environ;
 

@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <utility>
 
+#include "mnist_ddp/checkpoint/store.hpp"
 #include "mnist_ddp/data/sampler.hpp"
 #include "mnist_ddp/dist/ddp.hpp"
 #include "mnist_ddp/runtime/agree.hpp"

@@ -11,6 +11,7 @@
 
 #include "../common/compare.hpp"
 #include "mnist_ddp/checkpoint/checkpoint.hpp"
+#include "mnist_ddp/checkpoint/store.hpp"
 #include "mnist_ddp/data/dataset.hpp"
 #include "mnist_ddp/dist/comm.hpp"
 #include "mnist_ddp/dist/compress.hpp"

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "mnist_ddp/checkpoint/checkpoint.hpp"
+#include "mnist_ddp/checkpoint/store.hpp"
 #include "mnist_ddp/model/model.hpp"
 #include "mnist_ddp/model/rng.hpp"
 #include "mnist_ddp/ops/ops.hpp"
@@ -461,6 +462,48 @@ TEST_F(CheckpointTest, RejectsIncompleteWrongVersionAndWrongModel) {
   H5Fclose(f);
   expect_error([&] { load_checkpoint(plain, layout_); }, plain, "no file CRC line at its start");
   expect_error([&] { load_model_weights(plain, layout_); }, plain, "no file CRC line at its start");
+}
+
+// A dataset stored other than the way mnist_ddp writes it is refused before HDF5 reads it, even
+// with the right name, shape and values (so every CRC still matches): Debian's HDF5 1.10 reads
+// past a crafted compact dataset's buffer (found by fuzz_checkpoint under ASan).
+TEST_F(CheckpointTest, DatasetsStoredOtherwiseAreRefusedBeforeTheyAreRead) {
+  // Rewrites `name` with the same type, shape and bytes but the given layout.
+  const auto restore_as = [&](const std::string& path, const char* name, H5D_layout_t layout) {
+    const hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    ASSERT_GE(f, 0);
+    const hid_t d = H5Dopen2(f, name, H5P_DEFAULT);
+    const hid_t type = H5Dget_type(d);
+    const hid_t space = H5Dget_space(d);
+    std::vector<char> bytes(static_cast<std::size_t>(H5Dget_storage_size(d)) + 64);
+    ASSERT_GE(H5Dread(d, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, bytes.data()), 0);
+    H5Dclose(d);
+    ASSERT_GE(H5Ldelete(f, name, H5P_DEFAULT), 0);
+    const hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+    ASSERT_GE(H5Pset_layout(dcpl, layout), 0);
+    const hid_t again = H5Dcreate2(f, name, type, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+    ASSERT_GE(again, 0);
+    ASSERT_GE(H5Dwrite(again, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, bytes.data()), 0);
+    H5Dclose(again);
+    H5Pclose(dcpl);
+    H5Sclose(space);
+    H5Tclose(type);
+    H5Fclose(f);
+    refresh_file_crc(path);  // past the file CRC: only the storage check is left to catch it
+  };
+  const std::string weights = save_checkpoint(dir_.string(), state(5), layout_);
+  restore_as(weights, "/model/fc.bias", H5D_COMPACT);
+  expect_error([&] { load_checkpoint(weights, layout_); }, weights,
+               "/model/fc.bias is not stored as mnist_ddp writes it (float32, one "
+               "Fletcher32-checked chunk)");
+  const std::string counter = save_checkpoint(dir_.string(), state(6), layout_);
+  restore_as(counter, "/model/layer1.1.num_batches_tracked", H5D_COMPACT);
+  expect_error([&] { load_checkpoint(counter, layout_); }, counter,
+               "/model/layer1.1.num_batches_tracked is not stored as mnist_ddp writes it (one "
+               "contiguous int64)");
+  // The unmodified file loads: the check refuses the layout, not the file.
+  const std::string good = save_checkpoint(dir_.string(), state(7), layout_);
+  EXPECT_EQ(load_checkpoint(good, layout_).step, 7);
 }
 
 TEST_F(CheckpointTest, ResumeFallsBackToThePreviousFile) {

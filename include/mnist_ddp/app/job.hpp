@@ -23,6 +23,12 @@ class Communicators;
 class ConvNet;
 class Ops;
 
+// Before MPI_Init: HDF5's exit-time cleanup off (it would try to close a checkpoint whose write
+// failed, a full disk, and crash; the process ends right after such a failure anyway), and a bad
+// srun launch refused by every task with its reason (after MPI_Init it could only abort).
+// kExitOk, or the exit status.
+int prepare_process();
+
 // Runs the job's body and turns how it ended into the exit status: an agreed error's code, a user
 // error met by every rank together (rank 0 reports it), or, for anything unexpected on this rank
 // only (the others may be inside a collective), an abort of the whole job. on_failure(why) runs

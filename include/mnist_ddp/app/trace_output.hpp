@@ -3,6 +3,7 @@
 // of bucket b: trace_tid), which Perfetto (ui.perfetto.dev) and chrome://tracing open.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -34,6 +35,11 @@ struct TraceFile {
 
 // The file's "otherData": the window, the world size and the configuration.
 std::string trace_other_data(const Config& cfg, const TraceWindow& window, int world_size);
+
+// The run's file, once its first step is known: the window (--trace-steps, else the default
+// after this run's warm-up: default_trace_window) is set on the tracer here.
+TraceFile trace_file(Tracer& tracer, const Config& cfg, std::int64_t first_step,
+                     std::int64_t total_steps, std::vector<RankPlacement> ranks, int world_size);
 
 // Collective: every rank's events to rank 0, which writes the file (temporary file, then rename:
 // a reader never sees half a trace).

@@ -1,5 +1,5 @@
-// checkpoint.hpp — HDF5 checkpoints: one file per checkpoint written by rank 0, atomically
-// (temporary name in the same directory, fsync, rename, directory fsync; the `complete`
+// checkpoint.hpp — the HDF5 checkpoint format: one file per checkpoint written by rank 0,
+// atomically (temporary name in the same directory, fsync, rename, directory fsync; the `complete`
 // attribute is the last thing written), Fletcher32 on every array plus a CRC32 over the whole
 // payload, validated on load, newest-first resume with fallback, keep-last-K retention.
 //
@@ -28,7 +28,6 @@
 #include <string>
 #include <vector>
 
-#include "mnist_ddp/dist/comm.hpp"
 #include "mnist_ddp/model/model.hpp"
 
 namespace mnist_ddp {
@@ -102,13 +101,6 @@ struct CheckpointLayout {
 };
 CheckpointLayout checkpoint_layout(const ConvNet& model);
 
-// "ckpt-00001200.h5" for step 1200.
-std::string checkpoint_name(std::int64_t step);
-
-// Creates dir if needed and proves it writable (create, fsync, remove a probe file). UserError
-// naming the directory and the fix otherwise. Also removes temporaries a crashed writer left.
-void prepare_checkpoint_dir(const std::string& dir);
-
 // The first model or optimizer tensor of the state holding a non-finite value, as
 // "/model/fc.weight (12 of 15680 values non-finite)", or "" when every value is finite.
 std::string first_non_finite(const TrainingState& state, const CheckpointLayout& layout);
@@ -134,39 +126,9 @@ std::uint32_t payload_crc32(const TrainingState& state);
 // UserError naming the file and the problem otherwise.
 ModelWeights load_model_weights(const std::string& path, const CheckpointLayout& layout);
 
-// Collective: rank 0's weights (if any) to every rank. Returns whether there were some.
-bool broadcast_model_weights(Comm& comm, std::optional<ModelWeights>& weights,
-                             const CheckpointLayout& layout);
-
 // Recomputes the file CRC in a checkpoint's first 512 bytes (an HDF5 user block: "mnist_ddp-
 // file-crc32 XXXXXXXX size N", the CRC32 of every later byte, checked before HDF5 parses the
 // file). For tools and tests that edit a checkpoint on purpose.
 void refresh_file_crc(const std::string& path);
-
-// Complete-named checkpoints in dir, newest (highest step) first.
-std::vector<std::string> list_checkpoints(const std::string& dir);
-
-// --resume auto: the newest checkpoint that loads; each one skipped is reported in `warnings`.
-// nullopt when the directory has none (start fresh). UserError when files exist but none loads.
-std::optional<std::pair<std::string, TrainingState>> find_resume_checkpoint(
-    const std::string& dir, const CheckpointLayout& layout, std::vector<std::string>* warnings);
-
-// Collective: rank 0's loaded state (if any) to every rank. Returns whether there was one.
-bool broadcast_training_state(Comm& comm, std::optional<TrainingState>& state,
-                              const CheckpointLayout& layout);
-
-// --verify-checkpoints: every complete-named checkpoint of dir (newest first) loaded the way
-// --resume loads it. `error` is empty for a file that passes, else the loader's UserError text.
-struct CheckpointVerdict {
-  std::string path;
-  std::int64_t step = -1;       // of a file that passes
-  std::int64_t world_size = 0;  // of a file that passes
-  std::string error;
-};
-std::vector<CheckpointVerdict> verify_checkpoints(const std::string& dir,
-                                                  const CheckpointLayout& layout);
-
-// Deletes all but the newest `keep` checkpoints.
-void prune_checkpoints(const std::string& dir, int keep);
 
 }  // namespace mnist_ddp

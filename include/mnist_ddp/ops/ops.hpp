@@ -144,6 +144,7 @@ std::unique_ptr<Ops> make_dnnl_ops();
 // The CUDA backend (src/ops/cuda/); in a CPU-only build, a UserError saying "built without CUDA".
 // tf32: TF32 tensor cores for convolutions and the fc GEMM (PyTorch's cuDNN default).
 std::unique_ptr<Ops> make_cuda_ops(bool tf32);
+// The registry (ops/registry.cpp): the backend for a device and --cpu-kernels.
 std::unique_ptr<Ops> make_ops(Device device, CpuKernels cpu_kernels = CpuKernels::OneDnn,
                               bool tf32 = true);
 

@@ -1,6 +1,6 @@
 // cpu_backend.cpp — CpuOps, the reference backend: the Ops interface over the templated kernels
-// of cpu_ops.hpp (float, [C][N][H][W] activations), owning the im2col workspace; the backend
-// factory and the compute-thread setting.
+// of cpu_ops.hpp (float, [C][N][H][W] activations), owning the im2col workspace; and the
+// compute-thread setting.
 #include <omp.h>
 
 #include <cstdlib>
@@ -67,11 +67,6 @@ class CpuOps final : public HostOps {
 
 std::unique_ptr<Ops> make_cpu_ops() {
   return std::make_unique<CpuOps>();
-}
-
-std::unique_ptr<Ops> make_ops(Device device, CpuKernels cpu_kernels, bool tf32) {
-  if (device == Device::Cuda) return make_cuda_ops(tf32);
-  return cpu_kernels == CpuKernels::OneDnn ? make_dnnl_ops() : make_cpu_ops();
 }
 
 void set_compute_threads(int threads) {

@@ -1,0 +1,48 @@
+// store.hpp — the checkpoint directory: file names, the writability probe run before training,
+// listing newest first, --resume auto's discovery with fallback, --verify-checkpoints, and
+// keep-last-K retention. The files themselves: checkpoint.hpp.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "mnist_ddp/checkpoint/checkpoint.hpp"
+
+namespace mnist_ddp {
+
+// "ckpt-00001200.h5" for step 1200.
+std::string checkpoint_name(std::int64_t step);
+
+// Creates dir if needed and proves it writable (create, fsync, remove a probe file). UserError
+// naming the directory and the fix otherwise. Also removes temporaries a crashed writer left.
+void prepare_checkpoint_dir(const std::string& dir);
+
+// fsync of a file, or of a directory (after a rename in it); UserError naming the path.
+void fsync_path(const std::string& path, bool directory);
+
+// Complete-named checkpoints in dir, newest (highest step) first.
+std::vector<std::string> list_checkpoints(const std::string& dir);
+
+// --resume auto: the newest checkpoint that loads; each one skipped is reported in `warnings`.
+// nullopt when the directory has none (start fresh). UserError when files exist but none loads.
+std::optional<std::pair<std::string, TrainingState>> find_resume_checkpoint(
+    const std::string& dir, const CheckpointLayout& layout, std::vector<std::string>* warnings);
+
+// --verify-checkpoints: every complete-named checkpoint of dir (newest first) loaded the way
+// --resume loads it. `error` is empty for a file that passes, else the loader's UserError text.
+struct CheckpointVerdict {
+  std::string path;
+  std::int64_t step = -1;       // of a file that passes
+  std::int64_t world_size = 0;  // of a file that passes
+  std::string error;
+};
+std::vector<CheckpointVerdict> verify_checkpoints(const std::string& dir,
+                                                  const CheckpointLayout& layout);
+
+// Deletes all but the newest `keep` checkpoints.
+void prune_checkpoints(const std::string& dir, int keep);
+
+}  // namespace mnist_ddp
