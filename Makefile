@@ -182,8 +182,10 @@ test-e2e: all $(BENCH_BIN) $(COMM_BENCH_BIN)
 # The CPU configuration under the sanitizers (tests/run_sanitized.sh): ASan + UBSan + LSan on the
 # unit, MPI and end-to-end suites (build/asan), then ThreadSanitizer on the threaded paths
 # (build/tsan). Zero reports required; suppressions (third-party only) in tests/sanitizers/.
-SANITIZE_FLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
-TSAN_FLAGS := -fsanitize=thread -fno-omit-frame-pointer
+# -O1 (after the default -O3, so it wins), as the sanitizers' documentation advises: reports keep
+# their frames, and the two builds compile in half the time (CLI11's cli.cpp: 74 s -> 38 s).
+SANITIZE_FLAGS := -O1 -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+TSAN_FLAGS := -O1 -fsanitize=thread -fno-omit-frame-pointer
 test-sanitize:
 	@tools/install-deps.sh --tests
 	@data/prepare.sh

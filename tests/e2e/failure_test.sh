@@ -58,4 +58,15 @@ if [[ $RC -eq 5 ]] && [[ $(grep -c "mnist_ddp: error: training diverged by step 
 else
   fail "diverged_run rc=$RC ($finite; left: $left)" "$(show)"
 fi
+
+# A run that diverges between checkpoints: the loss check at every --log-every window stops it
+# (exit 5, naming the step and the loss) before any checkpoint could be written.
+run diverge_loss 300 mpirun -np 2 "$BIN" --device cpu --data "$DATA" --epochs 1 --progress off --log-every 1 --checkpoint-every 1000 --max-steps 30 --lr 1e20 --log-dir "$TMP/dl" --checkpoint-dir "$TMP/dl"
+line=$(grep -m1 -oE "training diverged at step [0-9]+: the mean loss of the last [0-9]+ images is -?(nan|inf)" "$ERR")
+if [[ $RC -eq 5 && -n "$line" ]] && [[ $(grep -c "mnist_ddp: error: training diverged at step" "$ERR") == 1 ]] &&
+   ! ls "$TMP"/dl/ckpt-*.h5 >/dev/null 2>&1; then
+  pass "diverged_loss_stops_at_its_window_with_no_checkpoint ($line)"
+else
+  fail "diverged_loss rc=$RC (want exit 5, one 'training diverged at step N: the mean loss ...' error, no checkpoint)" "$(show)"
+fi
 finish
