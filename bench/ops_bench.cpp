@@ -105,7 +105,7 @@ BENCHMARK(BM_ConvBackwardData)
     ->Unit(benchmark::kMillisecond);
 
 // The fused BN -> ReLU -> pool kernels of both CPU layouts: 0 = reference [C][N][H][W] (cpu_ops),
-// 1 = oneDNN backend's blocked [N][C/16][H][W][16] (blocked_ops). Same data sizes either way.
+// 1 = oneDNN backend's blocked [N][C/B][H][W][B] (blocked_ops). Same data sizes either way.
 struct BnKernels {
   const char* label;
   void (*stats)(int, int, int, const float*, double, double, float*, float*, float*, float*,
@@ -121,11 +121,29 @@ void reference_stats(int c, int n, int hw, const float* x, double eps, double m,
   mnist_ddp::cpu::batchnorm_stats(c, static_cast<std::size_t>(n) * hw, x, eps, m, mean, is, rm, rv,
                                   sync);
 }
+// The blocked kernels at this CPU's block (the oneDNN backend's: 16 with AVX-512, 8 with AVX2).
+const int kCpuBlock = mnist_ddp::dnnl_layout().block;
+void blocked_stats(int c, int n, int hw, const float* x, double eps, double m, float* mean,
+                   float* is, float* rm, float* rv, const mnist_ddp::cpu::BnSync* sync) {
+  mnist_ddp::blocked::batchnorm_stats(kCpuBlock, c, n, hw, x, eps, m, mean, is, rm, rv, sync);
+}
+void blocked_forward(int c, int n, int h, int w, const float* x, const float* gamma,
+                     const float* beta, const float* mean, const float* invstd, float* y,
+                     std::uint8_t* arg) {
+  mnist_ddp::blocked::bn_relu_pool_forward(kCpuBlock, c, n, h, w, x, gamma, beta, mean, invstd, y,
+                                           arg);
+}
+void blocked_backward(int c, int n, int h, int w, const float* x, const float* y, const float* dy,
+                      const std::uint8_t* arg, const float* gamma, const float* mean,
+                      const float* invstd, bool batch_stats, float* dx, float* dgamma, float* dbeta,
+                      const mnist_ddp::cpu::BnSync* sync) {
+  mnist_ddp::blocked::bn_relu_pool_backward(kCpuBlock, c, n, h, w, x, y, dy, arg, gamma, mean,
+                                            invstd, batch_stats, dx, dgamma, dbeta, sync);
+}
 const BnKernels kBnKernels[] = {
     {"reference", reference_stats, mnist_ddp::cpu::bn_relu_pool_forward<float>,
      mnist_ddp::cpu::bn_relu_pool_backward<float>},
-    {"blocked", mnist_ddp::blocked::batchnorm_stats, mnist_ddp::blocked::bn_relu_pool_forward,
-     mnist_ddp::blocked::bn_relu_pool_backward}};
+    {"blocked", blocked_stats, blocked_forward, blocked_backward}};
 
 // Args: layout (0|1), channels, side (16x28 for layer1, 32x14 for layer2).
 void BM_BnReluPool(benchmark::State& st, bool backward) {

@@ -178,13 +178,26 @@ DataSplit load_data(Comm& control, const Config& cfg, const Identity& id, const 
                     Logger& log) {
   DataSplit data;
   run_agreed(control, [&] { data = load_data_dir(cfg.data_dir); });
-  const char* kernels = where.device == Device::Cuda ? (cfg.tf32 ? "cuDNN, TF32" : "cuDNN, FP32")
-                        : cfg.cpu_kernels == CpuKernels::OneDnn ? "oneDNN"
-                                                                : "reference";
+  std::string kernels = where.device == Device::Cuda
+                            ? (cfg.tf32 ? "cuDNN, TF32 kernels" : "cuDNN, FP32 kernels")
+                        : cfg.cpu_kernels == CpuKernels::OneDnn ? "oneDNN kernels"
+                                                                : "reference kernels";
+  DnnlLayout dnnl;
+  if (where.device == Device::Cpu && cfg.cpu_kernels == CpuKernels::OneDnn) {
+    // What oneDNN runs here (its JIT kernels want the CPU's vector width as the channel block).
+    run_agreed(control, [&] { dnnl = dnnl_layout(); });
+    kernels += fmt::format(": {} on nChw{}c", dnnl.convolution, dnnl.block);
+  }
   log.info(fmt::format(
-      "mnist_ddp {}: {} rank(s) on {} node(s), device {} ({} kernels), {} "
+      "mnist_ddp {}: {} rank(s) on {} node(s), device {} ({}), {} "
       "thread(s)/rank",
       kVersion, id.world, id.num_nodes, to_string(where.device), kernels, where.threads));
+  if (dnnl.convolution.find("ref") != std::string::npos) {
+    log.info(fmt::format(
+        "warning: oneDNN has no JIT convolution for this CPU ({}): its reference convolution is "
+        "far slower than --cpu-kernels reference (im2col + OpenBLAS); pass that",
+        dnnl.convolution));
+  }
   log.info(fmt::format(
       "data: {} from {} ({} train, {} test, labels crc32 {:08x}, mean {:.4f} "
       "std {:.4f})",

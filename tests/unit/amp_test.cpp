@@ -64,8 +64,8 @@ TEST(LossScale, NeverGrowsToInfinity) {
 }
 
 TEST(Amp, CpuBackendsRefuseMixedPrecisionByName) {
-  for (auto make : {make_cpu_ops, make_dnnl_ops}) {
-    auto ops = make();
+  for (const CpuKernels kernels : {CpuKernels::Reference, CpuKernels::OneDnn}) {
+    auto ops = make_ops(Device::Cpu, kernels);
     EXPECT_NO_THROW(ops->set_amp(AmpMode::Off, nullptr, nullptr));
     try {
       ops->set_amp(AmpMode::Bf16, nullptr, nullptr);

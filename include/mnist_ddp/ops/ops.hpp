@@ -1,13 +1,13 @@
 // ops.hpp — the Ops interface: exactly the operations the ConvNet needs, on float32 buffers that
 // live on the backend's device, in the backend's own activation layout (the model never indexes
 // activations itself). Implementations:
-//   reference  src/ops/cpu/cpu_backend.cpp  im2col + OpenBLAS, [C][N][H][W]; the templated kernels
-//                                        of cpu_ops.hpp, checked against finite differences
-//   onednn     src/ops/cpu/dnnl_backend.cpp oneDNN JIT convolutions, channel-blocked
-//   [N][C/16][H][W][16]
-//                                        activations; the default CPU backend (2.5x faster convs)
-//   cuda       src/ops/cuda/cuda_ops.cu  cuDNN convolutions, cuBLAS fc, own kernels; NCHW, one
-//   stream
+//   reference: src/ops/cpu/cpu_backend.cpp, im2col + OpenBLAS, [C][N][H][W]; the templated
+//              kernels of cpu_ops.hpp, checked against finite differences.
+//   onednn:    src/ops/cpu/dnnl_backend.cpp, oneDNN JIT convolutions on channel-blocked
+//              [N][C/B][H][W][B] activations (B = 16 with AVX-512, 8 with AVX2); the default
+//              CPU backend (2.5x faster convolutions).
+//   cuda:      src/ops/cuda/cuda_ops.cu, cuDNN convolutions, cuBLAS fc, own kernels; NCHW, one
+//              stream.
 // Parameters and gradients are always in PyTorch's layout (OIHW conv weights, [out][in] fc).
 #pragma once
 
@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 
 #include "mnist_ddp/data/dataset.hpp"
 #include "mnist_ddp/model/amp.hpp"
@@ -139,8 +140,18 @@ inline constexpr std::array<NameOf<CpuKernels>, 2> kCpuKernelsNames{
 
 // The reference CPU backend (im2col + OpenBLAS).
 std::unique_ptr<Ops> make_cpu_ops();
-// The oneDNN CPU backend.
-std::unique_ptr<Ops> make_dnnl_ops();
+// The oneDNN CPU backend on activations blocked by `block` channels (8: nChw8c, 16: nChw16c),
+// or 0: dnnl_layout()'s block for this CPU.
+std::unique_ptr<Ops> make_dnnl_ops(int block = 0);
+// What the oneDNN backend runs on this CPU: the channel block oneDNN has JIT kernels for, for
+// every convolution of the model (16 with AVX-512, 8 with AVX2), and their implementations
+// ("jit:avx2", ...; distinct names, comma-separated); where no block has, block 16 and names that
+// include oneDNN's reference "ref:any" (--cpu-kernels reference is faster then).
+struct DnnlLayout {
+  int block = 16;
+  std::string convolution;
+};
+DnnlLayout dnnl_layout();
 // The CUDA backend (src/ops/cuda/); in a CPU-only build, a UserError saying "built without CUDA".
 // tf32: TF32 tensor cores for convolutions and the fc GEMM (PyTorch's cuDNN default).
 std::unique_ptr<Ops> make_cuda_ops(bool tf32);

@@ -1,5 +1,6 @@
-// blocked_ops.cpp — BN / ReLU / maxpool / flatten kernels on [N][C/16][H][W][16] activations.
-// Inner loops run over the 16 channels of a block: unconditional loads and floating-point
+// blocked_ops.cpp — BN / ReLU / maxpool / flatten kernels on [N][C/B][H][W][B] activations,
+// B = 8 or 16 (each kernel a template on B, instantiated for both; the public functions dispatch).
+// Inner loops run over the B channels of a block: unconditional loads and floating-point
 // selects only, so they compile to one SIMD vector per window position.
 #include "ops/cpu/blocked_ops.hpp"
 
@@ -11,23 +12,34 @@
 
 namespace mnist_ddp::blocked {
 namespace {
-constexpr int B = kBlock;
-using Lane = float[B];
 
-void check_blocked(int c) {
-  MNIST_DDP_CHECK(c % B == 0, "channel count not a multiple of 16");
+void check_blocked(int block, int c) {
+  MNIST_DDP_CHECK(block == 8 || block == 16, "channel block must be 8 or 16");
+  MNIST_DDP_CHECK(c % block == 0, "channel count not a multiple of the channel block");
+}
+
+// Calls f.template operator()<B>() with the block as a compile-time constant.
+template <typename F>
+void with_block(int block, int c, F&& f) {
+  check_blocked(block, c);
+  if (block == 8) {
+    f.template operator()<8>();
+  } else {
+    f.template operator()<16>();
+  }
 }
 
 // The per-window lane loops live in functions whose pointer parameters are __restrict (GCC
 // honours restrict on parameters, not on block-scope locals; noinline keeps it from losing
 // that by inlining), so each becomes SIMD code.
 
-// 16 channels of one pooling window: BN-apply, first argmax (as 0..3), ReLU of the max.
+// B channels of one pooling window: BN-apply, first argmax (as 0..3), ReLU of the max.
+template <int B>
 [[gnu::noinline]] void window_forward(const float* __restrict a, const float* __restrict b,
                                       const float* __restrict c, const float* __restrict d,
                                       const float* __restrict scale, const float* __restrict shift,
                                       float* __restrict out, std::uint8_t* __restrict arg) {
-  Lane idx;
+  float idx[B];
   for (int l = 0; l < B; ++l) {
     const float va = a[l] * scale[l] + shift[l], vb = b[l] * scale[l] + shift[l];
     const float vc = c[l] * scale[l] + shift[l], vd = d[l] * scale[l] + shift[l];
@@ -41,13 +53,14 @@ void check_blocked(int c) {
   for (int l = 0; l < B; ++l) arg[l] = static_cast<std::uint8_t>(static_cast<int>(idx[l]));
 }
 
-// 16 channels of one window: accumulate g = relu-masked dy and g * (x[argmax] - mean).
+// B channels of one window: accumulate g = relu-masked dy and g * (x[argmax] - mean).
+template <int B>
 [[gnu::noinline]] void window_sums(const float* __restrict a, const float* __restrict b,
                                    const float* __restrict c, const float* __restrict d,
                                    const float* __restrict y, const float* __restrict dy,
                                    const std::uint8_t* __restrict arg, const float* __restrict mu,
                                    float* __restrict p1, float* __restrict p2) {
-  Lane kf;
+  float kf[B];
   for (int l = 0; l < B; ++l) kf[l] = arg[l];
   for (int l = 0; l < B; ++l) {
     const float k = kf[l], yv = y[l], dv = dy[l];
@@ -61,7 +74,8 @@ void check_blocked(int c) {
   }
 }
 
-// 16 channels of one window: dx = c0 + (x - mean) * c1 at all four positions, + k*g at argmax.
+// B channels of one window: dx = c0 + (x - mean) * c1 at all four positions, + k*g at argmax.
+template <int B>
 [[gnu::noinline]] void window_backward(const float* __restrict a, const float* __restrict b,
                                        const float* __restrict c, const float* __restrict d,
                                        const float* __restrict y, const float* __restrict dy,
@@ -70,7 +84,7 @@ void check_blocked(int c) {
                                        const float* __restrict c0, const float* __restrict c1,
                                        float* __restrict da, float* __restrict db,
                                        float* __restrict dc, float* __restrict dd) {
-  Lane kf;
+  float kf[B];
   for (int l = 0; l < B; ++l) kf[l] = arg[l];
   for (int l = 0; l < B; ++l) {
     const float k = kf[l], yv = y[l], dv = dy[l];
@@ -82,12 +96,10 @@ void check_blocked(int c) {
     dd[l] = c0[l] + (x3 - mu[l]) * c1[l] + (k == 3.f ? g : 0.f);
   }
 }
-}  // namespace
 
-void batchnorm_stats(int c, int n, int hw, const float* x, double eps, double momentum,
-                     float* save_mean, float* save_invstd, float* running_mean, float* running_var,
-                     const cpu::BnSync* sync) {
-  check_blocked(c);
+template <int B>
+void stats_b(int c, int n, int hw, const float* x, double eps, double momentum, float* save_mean,
+             float* save_invstd, float* running_mean, float* running_var, const cpu::BnSync* sync) {
   const int cb_count = c / B;
   double m = static_cast<double>(n) * hw;
   std::vector<double> means(static_cast<std::size_t>(c)), vars(static_cast<std::size_t>(c));
@@ -123,10 +135,10 @@ void batchnorm_stats(int c, int n, int hw, const float* x, double eps, double mo
   }
 }
 
-void bn_relu_pool_forward(int c, int n, int h, int w, const float* x, const float* gamma,
-                          const float* beta, const float* mean, const float* invstd, float* y,
-                          std::uint8_t* argmax) {
-  check_blocked(c);
+template <int B>
+void forward_b(int c, int n, int h, int w, const float* x, const float* gamma, const float* beta,
+               const float* mean, const float* invstd, float* y, std::uint8_t* argmax) {
+  using Lane = float[B];
   const int cb_count = c / B, oh = h / 2, ow = w / 2;
   for (int cb = 0; cb < cb_count; ++cb) {
     Lane scale, shift;
@@ -145,19 +157,20 @@ void bn_relu_pool_forward(int c, int n, int h, int w, const float* x, const floa
         for (int ox = 0; ox < ow; ++ox) {
           const float* a = xp + (static_cast<std::size_t>(2 * oy) * w + 2 * ox) * B;
           const std::size_t o = (static_cast<std::size_t>(oy) * ow + ox) * B;
-          window_forward(a, a + B, a + static_cast<std::size_t>(w) * B,
-                         a + static_cast<std::size_t>(w) * B + B, scale, shift, yp + o, ap + o);
+          window_forward<B>(a, a + B, a + static_cast<std::size_t>(w) * B,
+                            a + static_cast<std::size_t>(w) * B + B, scale, shift, yp + o, ap + o);
         }
       }
     }
   }
 }
 
-void bn_relu_pool_backward(int c, int n, int h, int w, const float* x, const float* y,
-                           const float* dy, const std::uint8_t* argmax, const float* gamma,
-                           const float* mean, const float* invstd, bool batch_stats, float* dx,
-                           float* dgamma, float* dbeta, const cpu::BnSync* sync) {
-  check_blocked(c);
+template <int B>
+void backward_b(int c, int n, int h, int w, const float* x, const float* y, const float* dy,
+                const std::uint8_t* argmax, const float* gamma, const float* mean,
+                const float* invstd, bool batch_stats, float* dx, float* dgamma, float* dbeta,
+                const cpu::BnSync* sync) {
+  using Lane = float[B];
   const int cb_count = c / B, oh = h / 2, ow = w / 2;
   double m_full = static_cast<double>(n) * h * w;
   std::vector<double> sums(2 * static_cast<std::size_t>(c));
@@ -178,7 +191,7 @@ void bn_relu_pool_backward(int c, int n, int h, int w, const float* x, const flo
           const std::size_t q = q0 + (static_cast<std::size_t>(oy) * ow + ox) * B;
           const float* a = xp + (static_cast<std::size_t>(2 * oy) * w + 2 * ox) * B;
           const float* cc = a + static_cast<std::size_t>(w) * B;
-          window_sums(a, a + B, cc, cc + B, y + q, dy + q, argmax + q, mu, p1, p2);
+          window_sums<B>(a, a + B, cc, cc + B, y + q, dy + q, argmax + q, mu, p1, p2);
         }
       }
       for (int l = 0; l < B; ++l) {
@@ -219,21 +232,19 @@ void bn_relu_pool_backward(int c, int n, int h, int w, const float* x, const flo
           const std::size_t off = (static_cast<std::size_t>(2 * oy) * w + 2 * ox) * B;
           const std::size_t row = static_cast<std::size_t>(w) * B;
           const float* a = xp + off;
-          window_backward(a, a + B, a + row, a + row + B, y + q, dy + q, argmax + q, mu, kk, c0, c1,
-                          dxp + off, dxp + off + B, dxp + off + row, dxp + off + row + B);
+          window_backward<B>(a, a + B, a + row, a + row + B, y + q, dy + q, argmax + q, mu, kk, c0,
+                             c1, dxp + off, dxp + off + B, dxp + off + row, dxp + off + row + B);
         }
       }
     }
   }
 }
 
-namespace {
-
 enum class Plain { Rows, Cnhw };  // [N][C*HW] (fc rows) or [C][N][HW] (reference layout)
 
 // Element (image i, channel ch, pixel q) in the blocked layout and in a plain one.
-std::size_t blocked_at(int c, int hw, int i, int ch, int q) {
-  return ((static_cast<std::size_t>(i) * (c / B) + ch / B) * hw + q) * B + ch % B;
+std::size_t blocked_at(int block, int c, int hw, int i, int ch, int q) {
+  return ((static_cast<std::size_t>(i) * (c / block) + ch / block) * hw + q) * block + ch % block;
 }
 std::size_t plain_at(Plain p, int c, int n, int hw, int i, int ch, int q) {
   return p == Plain::Rows ? (static_cast<std::size_t>(i) * c + ch) * hw + q
@@ -241,29 +252,53 @@ std::size_t plain_at(Plain p, int c, int n, int hw, int i, int ch, int q) {
 }
 
 // Copies between the blocked layout and a plain one (conversions, not the hot path).
-void convert(Plain p, bool to_blocked, int c, int n, int hw, const float* from, float* to) {
-  check_blocked(c);
+void convert(Plain p, bool to_blocked, int block, int c, int n, int hw, const float* from,
+             float* to) {
+  check_blocked(block, c);
   for (int i = 0; i < n; ++i)
     for (int ch = 0; ch < c; ++ch)
       for (int q = 0; q < hw; ++q) {
-        const std::size_t bk = blocked_at(c, hw, i, ch, q), pl = plain_at(p, c, n, hw, i, ch, q);
+        const std::size_t bk = blocked_at(block, c, hw, i, ch, q),
+                          pl = plain_at(p, c, n, hw, i, ch, q);
         to[to_blocked ? bk : pl] = from[to_blocked ? pl : bk];
       }
 }
 
 }  // namespace
 
-void to_rows(int c, int n, int hw, const float* x, float* rows) {
-  convert(Plain::Rows, false, c, n, hw, x, rows);
+void batchnorm_stats(int block, int c, int n, int hw, const float* x, double eps, double momentum,
+                     float* save_mean, float* save_invstd, float* running_mean, float* running_var,
+                     const cpu::BnSync* sync) {
+  with_block(block, c, [&]<int B>() {
+    stats_b<B>(c, n, hw, x, eps, momentum, save_mean, save_invstd, running_mean, running_var, sync);
+  });
 }
-void from_rows(int c, int n, int hw, const float* rows, float* x) {
-  convert(Plain::Rows, true, c, n, hw, rows, x);
+void bn_relu_pool_forward(int block, int c, int n, int h, int w, const float* x, const float* gamma,
+                          const float* beta, const float* mean, const float* invstd, float* y,
+                          std::uint8_t* argmax) {
+  with_block(block, c,
+             [&]<int B>() { forward_b<B>(c, n, h, w, x, gamma, beta, mean, invstd, y, argmax); });
 }
-void from_cnhw(int c, int n, int hw, const float* x, float* y) {
-  convert(Plain::Cnhw, true, c, n, hw, x, y);
+void bn_relu_pool_backward(int block, int c, int n, int h, int w, const float* x, const float* y,
+                           const float* dy, const std::uint8_t* argmax, const float* gamma,
+                           const float* mean, const float* invstd, bool batch_stats, float* dx,
+                           float* dgamma, float* dbeta, const cpu::BnSync* sync) {
+  with_block(block, c, [&]<int B>() {
+    backward_b<B>(c, n, h, w, x, y, dy, argmax, gamma, mean, invstd, batch_stats, dx, dgamma, dbeta,
+                  sync);
+  });
 }
-void to_cnhw(int c, int n, int hw, const float* x, float* y) {
-  convert(Plain::Cnhw, false, c, n, hw, x, y);
+void to_rows(int block, int c, int n, int hw, const float* x, float* rows) {
+  convert(Plain::Rows, false, block, c, n, hw, x, rows);
+}
+void from_rows(int block, int c, int n, int hw, const float* rows, float* x) {
+  convert(Plain::Rows, true, block, c, n, hw, rows, x);
+}
+void from_cnhw(int block, int c, int n, int hw, const float* x, float* y) {
+  convert(Plain::Cnhw, true, block, c, n, hw, x, y);
+}
+void to_cnhw(int block, int c, int n, int hw, const float* x, float* y) {
+  convert(Plain::Cnhw, false, block, c, n, hw, x, y);
 }
 
 }  // namespace mnist_ddp::blocked

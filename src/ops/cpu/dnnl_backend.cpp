@@ -1,13 +1,22 @@
 // dnnl_backend.cpp — DnnlOps, the default CPU backend: oneDNN's JIT convolutions on
-// channel-blocked activations [N][C/16][H][W][16] (nChw16c; the network input, C = 1, is plain
-// NCHW), the blocked BN/ReLU/pool kernels of blocked_ops.hpp, and the reference kernels for the
-// layout-free ops (fc, loss, SGD). Measured 2.5x faster convolutions than im2col + OpenBLAS at
-// this model's shapes (bench/ops_bench: BM_ModelStep/onednn vs /reference).
+// channel-blocked activations [N][C/B][H][W][B] (the network input, C = 1, is plain NCHW), the
+// blocked BN/ReLU/pool kernels of blocked_ops.hpp, and the reference kernels for the layout-free
+// ops (fc, loss, SGD). B is the block oneDNN has JIT convolutions for on this CPU: 16 (nChw16c)
+// with AVX-512, 8 (nChw8c) with AVX2; on a layout it has no JIT kernel for, oneDNN falls back to
+// its reference convolution, ~100x slower (measured: an AVX2-only EPYC given nChw16c). Measured
+// 2.5x faster convolutions than im2col + OpenBLAS at this model's shapes (bench/ops_bench:
+// BM_ModelStep/onednn vs /reference).
 #include <dnnl.hpp>
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
 #include <map>
 #include <memory>
+#include <string>
 #include <tuple>
+#include <vector>
 
 #include "mnist_ddp/ops/ops.hpp"
 #include "mnist_ddp/runtime/check.hpp"
@@ -22,20 +31,122 @@ using dnnl::memory;
 using Tag = memory::format_tag;
 constexpr auto kF32 = memory::data_type::f32;
 
+Tag block_tag(int block) {
+  MNIST_DDP_CHECK(block == 8 || block == 16, "oneDNN channel block must be 8 or 16");
+  return block == 8 ? Tag::nChw8c : Tag::nChw16c;
+}
+
+bool is_reference(const std::string& impl) {
+  return impl.starts_with("ref");
+}
+
 // Primitives and weight buffers for one convolution geometry (batch size included), built once.
 struct ConvPrims {
   memory src, dst, bias, w_plain, w_fwd, w_bwd, dw_blocked, dsrc, ddst, dbias, dw_plain;
+  memory src_bw, ddst_bw;  // backward-weights' own layouts, where they differ
   dnnl::convolution_forward fwd;
   dnnl::convolution_backward_data bwd_data;
   dnnl::convolution_backward_weights bwd_weights;
-  dnnl::reorder w_to_fwd, w_to_bwd, dw_to_plain;
+  dnnl::reorder w_to_fwd, w_to_bwd, dw_to_plain, src_to_bw, ddst_to_bw;
   bool fwd_needs_reorder = false, bwd_needs_reorder = false, dw_needs_reorder = false;
-  bool has_bwd_data = false;
+  bool src_bw_needs_reorder = false, ddst_bw_needs_reorder = false, has_bwd_data = false;
+  std::vector<std::string> impls;  // oneDNN's implementation of each convolution primitive
 };
+
+// The backward-weights primitive on the activations' own layout; where oneDNN has only its
+// reference kernel for that, on NHWC input and output gradient (copied into that layout each
+// step), then on the input layout oneDNN picks. Measured on AVX2 (the 1-channel image, whose NCHW
+// input has no JIT kernel there, batch 100): NHWC 1.8 ms + 0.2 ms for the copy, the image padded
+// to 8 channels 6.9 ms, the reference kernel ~1,900 ms.
+dnnl::convolution_backward_weights::primitive_desc backward_weights_pd(
+    const dnnl::engine& engine, const dnnl::convolution_forward::primitive_desc& fwd_pd,
+    const memory::desc& src_md, const memory::desc& w_any, const memory::desc& b_md,
+    const memory::desc& dst_md, const memory::dims& strides, const memory::dims& pad) {
+  const auto algo = dnnl::algorithm::convolution_direct;
+  const auto make = [&](const memory::desc& src, const memory::desc& dst) {
+    return dnnl::convolution_backward_weights::primitive_desc(
+        dnnl::convolution_backward_weights::desc(algo, src, w_any, b_md, dst, strides, pad, pad),
+        engine, fwd_pd);
+  };
+  auto pd = make(src_md, dst_md);
+  if (!is_reference(pd.impl_info_str())) return pd;
+  pd = make(memory::desc(src_md.dims(), kF32, Tag::nhwc),
+            memory::desc(dst_md.dims(), kF32, Tag::nhwc));
+  if (!is_reference(pd.impl_info_str())) return pd;
+  return make(memory::desc(src_md.dims(), kF32, Tag::any), dst_md);
+}
+
+std::unique_ptr<ConvPrims> build_prims(const dnnl::engine& engine, const ConvGeom& g, int block) {
+  MNIST_DDP_CHECK(g.k % block == 0 && (g.c == 1 || g.c % block == 0),
+                  "oneDNN backend needs 1 or a multiple of the channel block (8 or 16)");
+  auto p = std::make_unique<ConvPrims>();
+  const memory::dims src_d{g.n, g.c, g.h, g.w}, w_d{g.k, g.c, g.r, g.r}, b_d{g.k},
+      dst_d{g.n, g.k, g.out_h(), g.out_w()}, strides{1, 1}, pad{g.pad, g.pad};
+  const memory::desc src_md(src_d, kF32, g.c == 1 ? Tag::nchw : block_tag(block));
+  const memory::desc dst_md(dst_d, kF32, block_tag(block));
+  const memory::desc b_md(b_d, kF32, Tag::x);
+  const memory::desc w_plain_md(w_d, kF32, Tag::oihw);
+  const memory::desc w_any(w_d, kF32, Tag::any);
+  const auto algo = dnnl::algorithm::convolution_direct;
+  const dnnl::convolution_forward::primitive_desc fwd_pd(
+      dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, algo, src_md, w_any, b_md,
+                                      dst_md, strides, pad, pad),
+      engine);
+  const auto bw_pd = backward_weights_pd(engine, fwd_pd, src_md, w_any, b_md, dst_md, strides, pad);
+  p->impls = {fwd_pd.impl_info_str(), bw_pd.impl_info_str()};
+  p->fwd = dnnl::convolution_forward(fwd_pd);
+  p->bwd_weights = dnnl::convolution_backward_weights(bw_pd);
+  p->src = memory(src_md, engine, nullptr);
+  p->dst = memory(dst_md, engine, nullptr);
+  p->ddst = memory(dst_md, engine, nullptr);
+  p->bias = memory(b_md, engine, nullptr);
+  p->dbias = memory(b_md, engine, nullptr);
+  p->w_plain = memory(w_plain_md, engine, nullptr);
+  p->dw_plain = memory(w_plain_md, engine, nullptr);
+  p->fwd_needs_reorder = fwd_pd.weights_desc() != w_plain_md;
+  if (p->fwd_needs_reorder) {
+    p->w_fwd = memory(fwd_pd.weights_desc(), engine);
+    p->w_to_fwd = dnnl::reorder(p->w_plain, p->w_fwd);
+  }
+  p->src_bw_needs_reorder = bw_pd.src_desc() != src_md;
+  if (p->src_bw_needs_reorder) {
+    p->src_bw = memory(bw_pd.src_desc(), engine);
+    p->src_to_bw = dnnl::reorder(p->src, p->src_bw);
+  }
+  p->ddst_bw_needs_reorder = bw_pd.diff_dst_desc() != dst_md;
+  if (p->ddst_bw_needs_reorder) {
+    p->ddst_bw = memory(bw_pd.diff_dst_desc(), engine);
+    p->ddst_to_bw = dnnl::reorder(p->ddst, p->ddst_bw);
+  }
+  p->dw_needs_reorder = bw_pd.diff_weights_desc() != w_plain_md;
+  if (p->dw_needs_reorder) {
+    p->dw_blocked = memory(bw_pd.diff_weights_desc(), engine);
+    p->dw_to_plain = dnnl::reorder(p->dw_blocked, p->dw_plain);
+  }
+  // The image's gradient is never needed (layer1), and oneDNN has no JIT kernel for it.
+  p->has_bwd_data = g.c != 1;
+  if (p->has_bwd_data) {
+    const dnnl::convolution_backward_data::primitive_desc bd_pd(
+        dnnl::convolution_backward_data::desc(algo, src_md, w_any, dst_md, strides, pad, pad),
+        engine, fwd_pd);
+    p->impls.push_back(bd_pd.impl_info_str());
+    p->bwd_data = dnnl::convolution_backward_data(bd_pd);
+    p->dsrc = memory(src_md, engine, nullptr);
+    p->bwd_needs_reorder = bd_pd.weights_desc() != w_plain_md;
+    if (p->bwd_needs_reorder) {
+      p->w_bwd = memory(bd_pd.weights_desc(), engine);
+      p->w_to_bwd = dnnl::reorder(p->w_plain, p->w_bwd);
+    }
+  }
+  return p;
+}
 
 class DnnlOps final : public HostOps {
  public:
-  DnnlOps() : engine_(dnnl::engine::kind::cpu, 0), stream_(engine_) {}
+  explicit DnnlOps(int block)
+      : engine_(dnnl::engine::kind::cpu, 0), stream_(engine_), block_(block) {
+    block_tag(block_);  // checks it
+  }
 
   void conv2d_forward(const ConvGeom& g, const float* x, const float* w, const float* b,
                       float* y) override {
@@ -56,12 +167,14 @@ class DnnlOps final : public HostOps {
                               float* db) override {
     ConvPrims& p = prims(g);
     p.src.set_data_handle(const_cast<float*>(x));
+    if (p.src_bw_needs_reorder) p.src_to_bw.execute(stream_, p.src, p.src_bw);
     p.ddst.set_data_handle(const_cast<float*>(dy));
+    if (p.ddst_bw_needs_reorder) p.ddst_to_bw.execute(stream_, p.ddst, p.ddst_bw);
     p.dbias.set_data_handle(db);
     p.dw_plain.set_data_handle(dw);
     p.bwd_weights.execute(stream_,
-                          {{DNNL_ARG_SRC, p.src},
-                           {DNNL_ARG_DIFF_DST, p.ddst},
+                          {{DNNL_ARG_SRC, p.src_bw_needs_reorder ? p.src_bw : p.src},
+                           {DNNL_ARG_DIFF_DST, p.ddst_bw_needs_reorder ? p.ddst_bw : p.ddst},
                            {DNNL_ARG_DIFF_WEIGHTS, p.dw_needs_reorder ? p.dw_blocked : p.dw_plain},
                            {DNNL_ARG_DIFF_BIAS, p.dbias}});
     if (p.dw_needs_reorder) p.dw_to_plain.execute(stream_, p.dw_blocked, p.dw_plain);
@@ -85,26 +198,26 @@ class DnnlOps final : public HostOps {
   void batchnorm_stats(int c, int n, int hw, const float* x, double eps, double momentum,
                        float* save_mean, float* save_invstd, float* running_mean,
                        float* running_var) override {
-    blocked::batchnorm_stats(c, n, hw, x, eps, momentum, save_mean, save_invstd, running_mean,
-                             running_var, bn_sync_);
+    blocked::batchnorm_stats(block_, c, n, hw, x, eps, momentum, save_mean, save_invstd,
+                             running_mean, running_var, bn_sync_);
   }
   void bn_relu_pool_forward(int c, int n, int h, int w, const float* x, const float* gamma,
                             const float* beta, const float* mean, const float* invstd, float* y,
                             std::uint8_t* argmax) override {
-    blocked::bn_relu_pool_forward(c, n, h, w, x, gamma, beta, mean, invstd, y, argmax);
+    blocked::bn_relu_pool_forward(block_, c, n, h, w, x, gamma, beta, mean, invstd, y, argmax);
   }
   void bn_relu_pool_backward(int c, int n, int h, int w, const float* x, const float* y,
                              const float* dy, const std::uint8_t* argmax, const float* gamma,
                              const float* mean, const float* invstd, bool batch_stats, float* dx,
                              float* dgamma, float* dbeta) override {
-    blocked::bn_relu_pool_backward(c, n, h, w, x, y, dy, argmax, gamma, mean, invstd, batch_stats,
-                                   dx, dgamma, dbeta, bn_sync_);
+    blocked::bn_relu_pool_backward(block_, c, n, h, w, x, y, dy, argmax, gamma, mean, invstd,
+                                   batch_stats, dx, dgamma, dbeta, bn_sync_);
   }
   void to_fc_rows(int c, int n, int hw, const float* x, float* y) override {
-    blocked::to_rows(c, n, hw, x, y);
+    blocked::to_rows(block_, c, n, hw, x, y);
   }
   void from_fc_rows(int c, int n, int hw, const float* x, float* y) override {
-    blocked::from_rows(c, n, hw, x, y);
+    blocked::from_rows(block_, c, n, hw, x, y);
   }
 
  private:
@@ -114,70 +227,44 @@ class DnnlOps final : public HostOps {
     const Key key{g.n, g.c, g.h, g.w, g.k, g.r, g.pad};
     auto it = cache_.find(key);
     if (it != cache_.end()) return *it->second;
-    MNIST_DDP_CHECK(g.k % blocked::kBlock == 0 && (g.c == 1 || g.c % blocked::kBlock == 0),
-                    "oneDNN backend needs 1 or a multiple of 16 channels");
-    auto p = std::make_unique<ConvPrims>();
-    const memory::dims src_d{g.n, g.c, g.h, g.w}, w_d{g.k, g.c, g.r, g.r}, b_d{g.k},
-        dst_d{g.n, g.k, g.out_h(), g.out_w()}, strides{1, 1}, pad{g.pad, g.pad};
-    const memory::desc src_md(src_d, kF32, g.c == 1 ? Tag::nchw : Tag::nChw16c);
-    const memory::desc dst_md(dst_d, kF32, Tag::nChw16c);
-    const memory::desc b_md(b_d, kF32, Tag::x);
-    const memory::desc w_plain_md(w_d, kF32, Tag::oihw);
-    const memory::desc w_any(w_d, kF32, Tag::any);
-    const auto algo = dnnl::algorithm::convolution_direct;
-    const dnnl::convolution_forward::primitive_desc fwd_pd(
-        dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, algo, src_md, w_any,
-                                        b_md, dst_md, strides, pad, pad),
-        engine_);
-    const dnnl::convolution_backward_weights::primitive_desc bw_pd(
-        dnnl::convolution_backward_weights::desc(algo, src_md, w_any, b_md, dst_md, strides, pad,
-                                                 pad),
-        engine_, fwd_pd);
-    p->fwd = dnnl::convolution_forward(fwd_pd);
-    p->bwd_weights = dnnl::convolution_backward_weights(bw_pd);
-    p->src = memory(src_md, engine_, nullptr);
-    p->dst = memory(dst_md, engine_, nullptr);
-    p->ddst = memory(dst_md, engine_, nullptr);
-    p->bias = memory(b_md, engine_, nullptr);
-    p->dbias = memory(b_md, engine_, nullptr);
-    p->w_plain = memory(w_plain_md, engine_, nullptr);
-    p->dw_plain = memory(w_plain_md, engine_, nullptr);
-    p->fwd_needs_reorder = fwd_pd.weights_desc() != w_plain_md;
-    if (p->fwd_needs_reorder) {
-      p->w_fwd = memory(fwd_pd.weights_desc(), engine_);
-      p->w_to_fwd = dnnl::reorder(p->w_plain, p->w_fwd);
-    }
-    p->dw_needs_reorder = bw_pd.diff_weights_desc() != w_plain_md;
-    if (p->dw_needs_reorder) {
-      p->dw_blocked = memory(bw_pd.diff_weights_desc(), engine_);
-      p->dw_to_plain = dnnl::reorder(p->dw_blocked, p->dw_plain);
-    }
-    // The image's gradient is never needed (layer1), and oneDNN has no JIT kernel for it.
-    p->has_bwd_data = g.c != 1;
-    if (p->has_bwd_data) {
-      const dnnl::convolution_backward_data::primitive_desc bd_pd(
-          dnnl::convolution_backward_data::desc(algo, src_md, w_any, dst_md, strides, pad, pad),
-          engine_, fwd_pd);
-      p->bwd_data = dnnl::convolution_backward_data(bd_pd);
-      p->dsrc = memory(src_md, engine_, nullptr);
-      p->bwd_needs_reorder = bd_pd.weights_desc() != w_plain_md;
-      if (p->bwd_needs_reorder) {
-        p->w_bwd = memory(bd_pd.weights_desc(), engine_);
-        p->w_to_bwd = dnnl::reorder(p->w_plain, p->w_bwd);
-      }
-    }
-    return *cache_.emplace(key, std::move(p)).first->second;
+    return *cache_.emplace(key, build_prims(engine_, g, block_)).first->second;
   }
 
   dnnl::engine engine_;
   dnnl::stream stream_;
+  int block_;  // channels per block of the activations (8 or 16)
   std::map<Key, std::unique_ptr<ConvPrims>> cache_;
 };
 
 }  // namespace
 
-std::unique_ptr<Ops> make_dnnl_ops() {
-  return std::make_unique<DnnlOps>();
+DnnlLayout dnnl_layout() {
+  const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  // oneDNN's implementations of the model's two convolutions (model.cpp's geometries) at a block.
+  const auto impls = [&](int block) {
+    std::vector<std::string> names;
+    for (const ConvGeom& g :
+         {ConvGeom{64, 1, 28, 28, 16, 5, 2}, ConvGeom{64, 16, 14, 14, 32, 5, 2}}) {
+      const auto prims = build_prims(engine, g, block);
+      for (const std::string& name : prims->impls)
+        if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
+    }
+    return names;
+  };
+  // The AVX-512 layout first: where both have JIT kernels only, it is the wider vector.
+  std::vector<std::string> names;
+  int chosen = 16;
+  for (const int block : {16, 8}) {
+    names = impls(block);
+    chosen = block;
+    if (std::none_of(names.begin(), names.end(), is_reference)) break;
+  }
+  if (std::any_of(names.begin(), names.end(), is_reference)) names = impls(chosen = 16);
+  return {chosen, fmt::format("{}", fmt::join(names, ", "))};
+}
+
+std::unique_ptr<Ops> make_dnnl_ops(int block) {
+  return std::make_unique<DnnlOps>(block == 0 ? dnnl_layout().block : block);
 }
 
 }  // namespace mnist_ddp
