@@ -129,7 +129,60 @@ else
   fail "sigterm rc=$(cat "$TMP/s.rc") line='$line'" "$(tail -5 "$TMP/s.out")"
 fi
 
-# 5. Bad values: one clear error naming the flag, non-zero, every rank gone, nothing written.
+# 5. The compression hook runs once per optimizer step, on the step's summed gradient, as after
+#    no_sync(): with N = 2 the fp16 hook and PowerSGD (its warm-up counted in optimizer steps:
+#    --powersgd-start-iter 10 uncompressed steps, then compressed) hand all-reduce exactly the
+#    bytes of as many steps without accumulation, and twice as many micro-batches ran. Were the
+#    hook run per micro-batch, or PowerSGD's counter advanced per micro-batch, the bytes would differ.
+for hook in fp16 powersgd; do
+  H=(--compression "$hook" --powersgd-start-iter 10 --epochs 1 --max-steps 20)
+  run "${hook}_n1" 300 mpirun -np 2 "$BIN" "${COMMON[@]}" "${H[@]}" --checkpoint-dir "$TMP/h/$hook-1c" --log-dir "$TMP/h/$hook-1l"
+  rc1=$RC
+  run "${hook}_n2" 300 mpirun -np 2 "$BIN" "${COMMON[@]}" "${H[@]}" --accumulate 2 --checkpoint-dir "$TMP/h/$hook-2c" --log-dir "$TMP/h/$hook-2l"
+  read -r b1 b2 micro steps <<<"$(python3 -c "
+import json
+def comm(d): return [json.loads(l) for l in open(d + '/metrics.jsonl') if '\"comm\"' in l][-1]
+a, b = comm('$TMP/h/$hook-1l'), comm('$TMP/h/$hook-2l')
+print(a['payload_bytes'], b['payload_bytes'], b['micro_batches'], b['steps'])" 2>&1)"
+  if [[ $hook == fp16 ]]; then want="$b2 == 20 * $PARAM_BYTES / 2"; else want="$b2 > 10 * $PARAM_BYTES && $b2 < 20 * $PARAM_BYTES"; fi
+  if [[ $rc1 -eq 0 && $RC -eq 0 && "$b1" == "$b2" && "$micro $steps" == "40 20" ]] && holds "$want"; then
+    pass "${hook}_hook_runs_once_per_optimizer_step (20 steps of 2 micro-batches: $b2 bytes, as 20 steps of 1)"
+  else
+    fail "${hook}_hook_once_per_step rc=$rc1/$RC bytes=$b1/$b2 micro/steps=$micro/$steps" "$(show)"
+  fi
+done
+
+# 5b. Post-local SGD's schedule counts optimizer steps (4 ranks as 2 "nodes" of 2, the test seam of
+#     train_test.sh): global all-reduce for 9 steps, then node-local averaging with a global
+#     parameter average after steps 9, 14, 19 (0-based), so with N = 2 all replicas agree at step
+#     counts 10, 15, 20 and the nodes differ at 12. Counted in micro-batches, the averages would fall
+#     after steps 4, 7, 9, ... instead.
+LS=(--epochs 1 --max-steps 20 --accumulate 2 --local-sgd-start 9 --local-sgd-period 5)
+run acc_local_sgd_synced 300 env MNIST_DDP_TEST_RANKS_PER_NODE=2 mpirun -np 4 --oversubscribe "$BIN" "${COMMON[@]}" "${LS[@]}" --check-replicas 5 --log-dir "$TMP/ls/1l" --checkpoint-dir "$TMP/ls/1c"
+rc_synced=$RC; out_synced="$(show)"
+grep -q "within groups of 2 rank(s)" "$OUT" || rc_synced=99
+run acc_local_sgd_between 300 env MNIST_DDP_TEST_RANKS_PER_NODE=2 mpirun -np 4 --oversubscribe "$BIN" "${COMMON[@]}" "${LS[@]}" --check-replicas 3 --log-dir "$TMP/ls/2l" --checkpoint-dir "$TMP/ls/2c"
+if [[ $rc_synced -eq 0 ]] && [[ $RC -eq 3 ]] && grep -q "after step 12 the parameters of rank(s) 2, 3 differ" "$ERR" "$OUT"; then
+  pass "local_sgd_schedule_counts_optimizer_steps (N=2: replicas equal at 10, 15, 20; nodes differ at 12)"
+else
+  fail "local_sgd_schedule synced_rc=$rc_synced between_rc=$RC" "$out_synced$(show)"
+fi
+
+# 6. PowerSGD's per-rank state (error feedback, warm-started Q) with N = 2 resumes bit for bit from
+#    a checkpoint after its warm-up.
+P=(--compression powersgd --powersgd-start-iter 10 --epochs 1 --accumulate 2)
+run psgd_full 300 mpirun -np 2 "$BIN" "${COMMON[@]}" "${P[@]}" --max-steps 40 --checkpoint-every 20 --keep 10 --checkpoint-dir "$TMP/p/A" --log-dir "$TMP/p/Al"
+full_rc=$RC
+run psgd_resumed 300 mpirun -np 2 "$BIN" "${COMMON[@]}" "${P[@]}" --max-steps 40 --resume "$TMP/p/A/ckpt-00000020.h5" --checkpoint-dir "$TMP/p/B" --log-dir "$TMP/p/Bl"
+a="$TMP/p/A/ckpt-00000040.h5" b="$TMP/p/B/ckpt-00000040.h5"
+if [[ $full_rc -eq 0 && $RC -eq 0 ]] && same_state "$a" "$b" && h5diff -q "$a" "$b" /rank /rank >/dev/null &&
+   h5ls "$TMP/p/A/ckpt-00000020.h5/rank/1" | grep -q "powersgd_error_0"; then
+  pass "powersgd_resume_is_bitwise_identical (N=2, from step 20 to 40, per-rank state in /rank/<r>)"
+else
+  fail "powersgd_resume full=$full_rc rc=$RC" "$(show)"
+fi
+
+# 7. Bad values: one clear error naming the flag, non-zero, every rank gone, nothing written.
 bad() {  # bad NAME PATTERN ARGS...
   local name="$1" pattern="$2"; shift 2
   run "$name" 60 mpirun -np 2 "$BIN" "${COMMON[@]}" --log-dir "$TMP/$name.l" --checkpoint-dir "$TMP/$name.c" "$@"
