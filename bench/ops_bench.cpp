@@ -121,23 +121,27 @@ void reference_stats(int c, int n, int hw, const float* x, double eps, double m,
   mnist_ddp::cpu::batchnorm_stats(c, static_cast<std::size_t>(n) * hw, x, eps, m, mean, is, rm, rv,
                                   sync);
 }
-// The blocked kernels at this CPU's block (the oneDNN backend's: 16 with AVX-512, 8 with AVX2).
-const int kCpuBlock = mnist_ddp::dnnl_layout().block;
+// The blocked kernels at this CPU's block (the oneDNN backend's: 16 with AVX-512, 8 with AVX2),
+// probed on first use (not at static initialisation, before main).
+int cpu_block() {
+  static const int block = mnist_ddp::dnnl_layout().block;
+  return block;
+}
 void blocked_stats(int c, int n, int hw, const float* x, double eps, double m, float* mean,
                    float* is, float* rm, float* rv, const mnist_ddp::cpu::BnSync* sync) {
-  mnist_ddp::blocked::batchnorm_stats(kCpuBlock, c, n, hw, x, eps, m, mean, is, rm, rv, sync);
+  mnist_ddp::blocked::batchnorm_stats(cpu_block(), c, n, hw, x, eps, m, mean, is, rm, rv, sync);
 }
 void blocked_forward(int c, int n, int h, int w, const float* x, const float* gamma,
                      const float* beta, const float* mean, const float* invstd, float* y,
                      std::uint8_t* arg) {
-  mnist_ddp::blocked::bn_relu_pool_forward(kCpuBlock, c, n, h, w, x, gamma, beta, mean, invstd, y,
+  mnist_ddp::blocked::bn_relu_pool_forward(cpu_block(), c, n, h, w, x, gamma, beta, mean, invstd, y,
                                            arg);
 }
 void blocked_backward(int c, int n, int h, int w, const float* x, const float* y, const float* dy,
                       const std::uint8_t* arg, const float* gamma, const float* mean,
                       const float* invstd, bool batch_stats, float* dx, float* dgamma, float* dbeta,
                       const mnist_ddp::cpu::BnSync* sync) {
-  mnist_ddp::blocked::bn_relu_pool_backward(kCpuBlock, c, n, h, w, x, y, dy, arg, gamma, mean,
+  mnist_ddp::blocked::bn_relu_pool_backward(cpu_block(), c, n, h, w, x, y, dy, arg, gamma, mean,
                                             invstd, batch_stats, dx, dgamma, dbeta, sync);
 }
 const BnKernels kBnKernels[] = {

@@ -12,9 +12,6 @@
 
 namespace mnist_ddp::blocked {
 
-// The block sizes these kernels are built for.
-inline constexpr int kBlocks[] = {8, 16};
-
 // sync: SyncBatchNorm's exchanges (cpu_ops.hpp), or nullptr.
 void batchnorm_stats(int block, int c, int n, int hw, const float* x, double eps, double momentum,
                      float* save_mean, float* save_invstd, float* running_mean, float* running_var,

@@ -70,12 +70,13 @@ dnnl::convolution_backward_weights::primitive_desc backward_weights_pd(
   };
   auto pd = make(src_md, dst_md);
   if (!is_reference(pd.impl_info_str())) return pd;
-  pd = make(memory::desc(src_md.dims(), kF32, Tag::nhwc),
-            memory::desc(dst_md.dims(), kF32, Tag::nhwc));
-  if (!is_reference(pd.impl_info_str())) return pd;
-  return make(memory::desc(src_md.dims(), kF32, Tag::any), dst_md);
+  const auto nhwc = make(memory::desc(src_md.dims(), kF32, Tag::nhwc),
+                         memory::desc(dst_md.dims(), kF32, Tag::nhwc));
+  if (!is_reference(nhwc.impl_info_str())) return nhwc;
+  auto any = make(memory::desc(src_md.dims(), kF32, Tag::any), dst_md);
+  // Reference kernels everywhere: the activations' own layout, without copies.
+  return is_reference(any.impl_info_str()) ? pd : any;
 }
-
 std::unique_ptr<ConvPrims> build_prims(const dnnl::engine& engine, const ConvGeom& g, int block) {
   MNIST_DDP_CHECK(g.k % block == 0 && (g.c == 1 || g.c % block == 0),
                   "oneDNN backend needs 1 or a multiple of the channel block (8 or 16)");
@@ -238,7 +239,7 @@ class DnnlOps final : public HostOps {
 
 }  // namespace
 
-DnnlLayout dnnl_layout() {
+DnnlLayout dnnl_layout() try {
   const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
   // oneDNN's implementations of the model's two convolutions (model.cpp's geometries) at a block.
   const auto impls = [&](int block) {
@@ -261,6 +262,12 @@ DnnlLayout dnnl_layout() {
   }
   if (std::any_of(names.begin(), names.end(), is_reference)) names = impls(chosen = 16);
   return {chosen, fmt::format("{}", fmt::join(names, ", "))};
+} catch (const dnnl::error& e) {
+  // One clear error on every rank (the caller agrees on it), not an internal failure.
+  throw UserError(
+      fmt::format("oneDNN cannot build this model's convolutions on this CPU ({}); "
+                  "use --cpu-kernels reference",
+                  e.what()));
 }
 
 std::unique_ptr<Ops> make_dnnl_ops(int block) {
