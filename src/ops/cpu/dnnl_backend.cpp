@@ -77,6 +77,18 @@ dnnl::convolution_backward_weights::primitive_desc backward_weights_pd(
   // Reference kernels everywhere: the activations' own layout, without copies.
   return is_reference(any.impl_info_str()) ? pd : any;
 }
+
+// Where `want` differs from `from`'s layout: `to`, a buffer in `want`, and `copy`, the reorder
+// from `from` into it. Returns whether it does (the caller then runs `copy` before each use).
+bool relayout(const dnnl::engine& engine, const memory& from, const memory::desc& want, memory& to,
+              dnnl::reorder& copy) {
+  if (want == from.get_desc()) return false;
+  to = memory(want, engine);
+  copy = dnnl::reorder(from, to);
+  return true;
+}
+
+// Every primitive, buffer and reorder of one convolution geometry at one channel block.
 std::unique_ptr<ConvPrims> build_prims(const dnnl::engine& engine, const ConvGeom& g, int block) {
   MNIST_DDP_CHECK(g.k % block == 0 && (g.c == 1 || g.c % block == 0),
                   "oneDNN backend needs 1 or a multiple of the channel block (8 or 16)");
@@ -104,21 +116,10 @@ std::unique_ptr<ConvPrims> build_prims(const dnnl::engine& engine, const ConvGeo
   p->dbias = memory(b_md, engine, nullptr);
   p->w_plain = memory(w_plain_md, engine, nullptr);
   p->dw_plain = memory(w_plain_md, engine, nullptr);
-  p->fwd_needs_reorder = fwd_pd.weights_desc() != w_plain_md;
-  if (p->fwd_needs_reorder) {
-    p->w_fwd = memory(fwd_pd.weights_desc(), engine);
-    p->w_to_fwd = dnnl::reorder(p->w_plain, p->w_fwd);
-  }
-  p->src_bw_needs_reorder = bw_pd.src_desc() != src_md;
-  if (p->src_bw_needs_reorder) {
-    p->src_bw = memory(bw_pd.src_desc(), engine);
-    p->src_to_bw = dnnl::reorder(p->src, p->src_bw);
-  }
-  p->ddst_bw_needs_reorder = bw_pd.diff_dst_desc() != dst_md;
-  if (p->ddst_bw_needs_reorder) {
-    p->ddst_bw = memory(bw_pd.diff_dst_desc(), engine);
-    p->ddst_to_bw = dnnl::reorder(p->ddst, p->ddst_bw);
-  }
+  p->fwd_needs_reorder = relayout(engine, p->w_plain, fwd_pd.weights_desc(), p->w_fwd, p->w_to_fwd);
+  p->src_bw_needs_reorder = relayout(engine, p->src, bw_pd.src_desc(), p->src_bw, p->src_to_bw);
+  p->ddst_bw_needs_reorder =
+      relayout(engine, p->ddst, bw_pd.diff_dst_desc(), p->ddst_bw, p->ddst_to_bw);
   p->dw_needs_reorder = bw_pd.diff_weights_desc() != w_plain_md;
   if (p->dw_needs_reorder) {
     p->dw_blocked = memory(bw_pd.diff_weights_desc(), engine);
@@ -133,11 +134,8 @@ std::unique_ptr<ConvPrims> build_prims(const dnnl::engine& engine, const ConvGeo
     p->impls.push_back(bd_pd.impl_info_str());
     p->bwd_data = dnnl::convolution_backward_data(bd_pd);
     p->dsrc = memory(src_md, engine, nullptr);
-    p->bwd_needs_reorder = bd_pd.weights_desc() != w_plain_md;
-    if (p->bwd_needs_reorder) {
-      p->w_bwd = memory(bd_pd.weights_desc(), engine);
-      p->w_to_bwd = dnnl::reorder(p->w_plain, p->w_bwd);
-    }
+    p->bwd_needs_reorder =
+        relayout(engine, p->w_plain, bd_pd.weights_desc(), p->w_bwd, p->w_to_bwd);
   }
   return p;
 }
