@@ -10,6 +10,7 @@ failures=()
 gtest() {
   local name="$1"; shift
   echo "== $name: $*"
+  local t0=$SECONDS
   timeout --kill-after=10 "${SUITE_TIMEOUT:-300}" "$@" --gtest_color=no >"$LOG/$name.log" 2>&1
   local rc=$?
   local ok bad
@@ -25,13 +26,14 @@ gtest() {
     failed=$((failed + 1)); failures+=("$name exited $rc"); tail -30 "$LOG/$name.log"
   fi
   ((bad > 0)) && failures+=("$name: $bad failed") && grep -B5 -A15 "Failure" "$LOG/$name.log" | head -60
-  echo "   $ok passed, $bad failed"
+  echo "   $ok passed, $bad failed in $((SECONDS - t0)) s"
 }
 
 # shell TEST_SCRIPT: counts ok / not ok lines.
 shell() {
   local name; name=$(basename "$1" .sh)
   echo "== $name"
+  local t0=$SECONDS
   bash "$1" >"$LOG/$name.log" 2>&1
   local rc=$? ok bad
   ok=$(grep -c "^ok - " "$LOG/$name.log")
@@ -39,6 +41,7 @@ shell() {
   skip=$(grep -c "^skip - " "$LOG/$name.log")
   grep "^skip - " "$LOG/$name.log" | sed 's/^skip - //' >>"$LOG/skip-reasons.txt"
   sed 's/^/   /' "$LOG/$name.log"
+  echo "   ($name: $((SECONDS - t0)) s)"
   passed=$((passed + ok)); failed=$((failed + bad)); skipped=$((skipped + skip))
   if ((ok + bad + skip == 0)); then failed=$((failed + 1)); failures+=("$name ran nothing"); fi
   # A script that died half way (killed, an error that ended bash) must not count as passed.

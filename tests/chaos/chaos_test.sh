@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # chaos_test.sh — randomised fault injection (`make test-chaos`). CHAOS_RUNS (default 20) training
-# runs on 2 CPU ranks, each hit at a random moment (a random step, then a random 0-300 ms) by one
+# runs on 2 CPU ranks (150 steps over 5 epochs of the 6,000-image subset, so faults also meet
+# epoch-end checkpoints), each hit at a random moment (a random step, then a random 0-300 ms) by one
 # fault drawn at random: kill -9 of a random rank, SIGTERM to a random rank, SIGTERM to mpirun,
 # a full disk during a checkpoint write (a tmpfs sized to fill at a random checkpoint), or a
 # stuck rank (SIGSTOP). After each: the job must be gone within the watchdog time (plus a grace),
@@ -8,16 +9,16 @@
 # from before the fault must survive (or a newer one: --keep 3 rotates), and --resume auto must finish the run bit for bit equal (h5diff of
 # model and optimizer) to an uninterrupted run. The seed is printed; CHAOS_SEED=S reproduces.
 source "$(dirname "$0")/../e2e/lib.sh"
-DATA="$REPO/data/dataset"
+DATA="$(small_data)"
 SEED="${CHAOS_SEED:-$(($(date +%s) % 100000))}"
 K="${CHAOS_RUNS:-20}"
 RANDOM=$SEED  # bash's generator: the same seed draws the same faults, ranks, steps and delays
-STEPS=300
-EVERY=40
+STEPS=150
+EVERY=20
 WATCHDOG=5
 GRACE=25  # mpirun's teardown and the sanitizer-free exit of the survivors
 KINDS=(kill9_rank sigterm_rank sigterm_mpirun full_disk stuck_rank)
-COMMON=(--device cpu --data "$DATA" --epochs 1 --max-steps "$STEPS" --checkpoint-every "$EVERY"
+COMMON=(--device cpu --data "$DATA" --epochs 5 --max-steps "$STEPS" --checkpoint-every "$EVERY"
   --keep 3 --progress off --log-every 1 --collective-timeout "$WATCHDOG")
 MOUNTS=()
 cleanup() {

@@ -7,21 +7,21 @@
 # the union-batch gradient, seen in the updated weights and the BN running statistics. Without
 # --sync-bn the same comparison must differ (the check can fail).
 source "$(dirname "$0")/lib.sh"
-DATA="$REPO/data/dataset"
+DATA="$(small_data)"  # the 6,000-image subset: an epoch is seconds, and one step needs no more
 PY=/usr/bin/python3
 COMMON=(--device cpu --data "$DATA" --progress off --epochs 1)
 
-# split NP: one full epoch on NP ranks; every rank's file checked against the epoch.
+# split NP: one full epoch of the subset on NP ranks; every rank's file checked against the epoch.
 split() {
   local np="$1"
-  run "split$np" 300 mpirun -np "$np" --oversubscribe "$BIN" "${COMMON[@]}" --batch-size 1000 \
+  run "split$np" 300 mpirun -np "$np" --oversubscribe "$BIN" "${COMMON[@]}" --batch-size 100 \
     --debug-sample-log "$TMP/s$np" --checkpoint-dir "$TMP/s$np/ck" --log-dir "$TMP/s$np/log"
   if [[ $RC -ne 0 ]]; then fail "samples_disjoint_and_cover_the_epoch_np$np rc=$RC" "$(show)"; return; fi
   local verdict
   verdict=$($PY - "$TMP/s$np" "$np" <<'PYEOF'
 import sys, collections
 d, np_ = sys.argv[1], int(sys.argv[2])
-n = 60000
+n = 6000
 per = [list(map(int, open(f"{d}/samples-epoch1-rank{r}.txt"))) for r in range(np_)]
 each = -(-n // np_)  # ceil: DistributedSampler pads to a multiple of the world
 counts = collections.Counter(i for p in per for i in p)

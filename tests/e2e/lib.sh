@@ -15,11 +15,23 @@ else
   trap 'rm -rf "$TMP"' EXIT
 fi
 
-pass() { echo "ok - $1"; }
+# Each case line ends with the seconds since the previous case line (or the script's start), so a
+# slow case shows in CI's log: "ok - name (details) [12 s]".
+CASE_T0=$SECONDS
+case_secs() { CASE_SECS="[$((SECONDS - CASE_T0)) s]"; CASE_T0=$SECONDS; }
+pass() { case_secs; echo "ok - $1 $CASE_SECS"; }
 # The last thing a test script does (also instead of an early `exit 0`): says it reached its end,
 # which tests/run_tests.sh requires, so a script that dies half way never counts as passed.
 finish() { echo "end - $(basename "$0" .sh)"; exit 0; }
-fail() { echo "not ok - $1"; shift; for l in "$@"; do echo "    $l"; done; }
+fail() { case_secs; echo "not ok - $1 $CASE_SECS"; shift; for l in "$@"; do echo "    $l"; done; }
+
+# small_data: prints the path of a 6,000 / 1,000-image subset of data/dataset (data/subset.py),
+# made once per script: 30 steps an epoch on 2 ranks x 100, for the tests that check steps,
+# epochs and files rather than accuracy.
+small_data() {
+  [[ -f "$TMP/small/DATASET" ]] || python3 "$REPO/data/subset.py" "$REPO/data/dataset" "$TMP/small" 6000 1000 >&2
+  echo "$TMP/small"
+}
 
 # elapsed T0: seconds since T0 (a `date +%s.%N` value), with 9 decimals as bc printed them.
 elapsed() { awk -v t0="$1" -v t1="$(date +%s.%N)" 'BEGIN { printf "%.9f\n", t1 - t0 }'; }
