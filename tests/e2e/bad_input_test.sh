@@ -3,6 +3,10 @@
 # non-zero within 30 s with exactly one clear message naming the file/flag.
 source "$(dirname "$0")/lib.sh"
 python3 "$REPO/data/make_fixtures.py" "$TMP/fx" || { fail "fixtures"; finish; }
+# Once a rank exits non-zero, Open MPI's daemon signals the job's other processes and waits
+# odls_base_sigkill_timeout (1 s) before SIGKILL, even when every rank has already exited on its
+# own, as they do here: 1 s of each of the ~45 launches below that tests nothing of ours.
+export OMPI_MCA_odls_base_sigkill_timeout=0
 
 # expect_error NAME EXPECTED_SUBSTRING ARGS...: on the CPU (DEVICE=cuda|auto for the device cases),
 # so a GPU machine tests the same thing as this one.

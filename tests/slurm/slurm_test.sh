@@ -95,10 +95,12 @@ else
   fail "srun_without_pmi rc=$RC" "$(show)"
 fi
 
+# The workflow runs below (preemption, failures, flight dump, restarts) train at --batch-size 20:
+# what they check is steps, signals, files and exit states, and a step costs a fifth.
 # 6. Preemption: SIGUSR1 (what --signal=USR1@120 sends; here scancel --signal=USR1) makes the
 # job checkpoint at the next step, requeue itself and resume; twice in one job, so the rolling
 # preemption checkpoint is replaced; the final weights equal an uninterrupted run's.
-P=(--data "$DATA" --epochs 1 --max-steps 60 --log-every 5 --progress off)
+P=(--data "$DATA" --epochs 1 --max-steps 100 --batch-size 20 --log-every 5 --progress off)
 export MNIST_DDP_CKPT="$TMP/pa" MNIST_DDP_LOGS="$TMP/pa-log"
 submit preempt_reference slurm/train_cpu_2x4.sh "${P[@]}"
 ref_state=$STATE
@@ -112,7 +114,7 @@ ref_state=$STATE
 signal_at() {
   local i t_pending
   for ((i = 0; i < 600; i++)); do
-    grep -q "step $1/60" "$OUT" 2>/dev/null && break
+    grep -q "step $1/100" "$OUT" 2>/dev/null && break
     job_ended "$2" && return
     sleep 0.2
   done
@@ -143,8 +145,8 @@ if [[ "$ref_state" == COMPLETED && "$STATE" == COMPLETED ]] &&
    [[ $(grep -c "requeue: asking Slurm to requeue job $id" "$OUT") -eq 2 ]] &&
    grep -q "preemption checkpoint replaces .*ckpt-" "$OUT" && [[ $(echo $left | wc -w) -eq 2 ]] &&
    scontrol show job "$id" | grep -q "Restarts=2" &&
-   h5diff -q "$TMP/pa/ckpt-00000060.h5" "$TMP/pb/ckpt-00000060.h5" /model /model &&
-   h5diff -q "$TMP/pa/ckpt-00000060.h5" "$TMP/pb/ckpt-00000060.h5" /optimizer /optimizer; then
+   h5diff -q "$TMP/pa/ckpt-00000100.h5" "$TMP/pb/ckpt-00000100.h5" /model /model &&
+   h5diff -q "$TMP/pa/ckpt-00000100.h5" "$TMP/pb/ckpt-00000100.h5" /optimizer /optimizer; then
   pass "preempted_twice_requeued_and_resumed_equals_uninterrupted (h5diff; left: $left)"
 else
   fail "preemption ref=$ref_state state=$STATE left=$left" "$(grep -E 'received|requeue|resume|preempt|error' "$OUT" | head -20)" \
@@ -154,7 +156,7 @@ fi
 
 # 7. Failures under srun end the whole job within seconds (--kill-on-bad-exit, the watchdog):
 # a stuck rank (named by its peers' watchdog), a rank exiting with an error, a rank killed -9.
-F=(--data "$DATA" --epochs 3 --max-steps 200 --log-every 5 --progress off)
+F=(--data "$DATA" --epochs 3 --max-steps 200 --batch-size 20 --log-every 5 --progress off)
 export MAX_RESTARTS=0  # these end the job; the restart test below keeps the default
 t0=$(date +%s)
 export MNIST_DDP_CKPT="$TMP/f1" MNIST_DDP_LOGS="$TMP/f1-log"
@@ -204,7 +206,7 @@ unset MAX_RESTARTS
 # dump their flight recorders and go on; the job completes and the analyzer finds no problem.
 export MNIST_DDP_CKPT="$TMP/fd" MNIST_DDP_LOGS="$TMP/fd-log"
 OUT="$TMP/flight_dump.out"
-id=$(sbatch --parsable -o "$OUT" slurm/train_cpu_2x4.sh --data "$DATA" --epochs 3 --max-steps 200 --log-every 5 --progress off)
+id=$(sbatch --parsable -o "$OUT" slurm/train_cpu_2x4.sh --data "$DATA" --epochs 3 --max-steps 200 --batch-size 20 --log-every 5 --progress off)
 for ((i = 0; i < 600; i++)); do grep -q "step 10/200" "$OUT" 2>/dev/null && break; sleep 0.2; done
 scancel --signal=USR2 "$id"
 STATE=$(job_wait "$id" 300)
@@ -221,22 +223,22 @@ unset MNIST_DDP_CKPT MNIST_DDP_LOGS
 # 8. Restart after a failure (torchrun --max-restarts): a rank killed -9 mid-run; the batch script
 # relaunches from the newest checkpoint in the same allocation, the job completes, and its final
 # model equals an uninterrupted run's bit for bit. Bad input (exit 2) is never retried.
-R=(--data "$DATA" --epochs 4 --max-steps 240 --checkpoint-every 20 --log-every 5 --progress off)
+R=(--data "$DATA" --epochs 4 --max-steps 120 --batch-size 20 --checkpoint-every 20 --log-every 5 --progress off)
 export MNIST_DDP_CKPT="$TMP/r0" MNIST_DDP_LOGS="$TMP/r0-log"
 submit restart_ref slurm/train_cpu_2x4.sh "${R[@]}"
 ref_state=$STATE
 export MNIST_DDP_CKPT="$TMP/r1" MNIST_DDP_LOGS="$TMP/r1-log"
 OUT="$TMP/restart.out"
 id=$(sbatch --parsable -o "$OUT" slurm/train_cpu_2x4.sh "${R[@]}")
-for ((i = 0; i < 1200; i++)); do grep -q "step 50/240" "$OUT" 2>/dev/null && break; sleep 0.1; done
+for ((i = 0; i < 1200; i++)); do grep -q "step 50/120" "$OUT" 2>/dev/null && break; sleep 0.1; done
 victim=$(rank_pid "$TMP/r1" 2)
 kill -9 "$victim"
 STATE=$(job_wait "$id" 300)
 if [[ $ref_state == COMPLETED && -n "$victim" && "$STATE" == COMPLETED ]] &&
    grep -q "mnist_ddp: restart 1/2 in job $id: a task was killed by signal 9" "$OUT" &&
-   grep -q "^resume: step [1-9][0-9]*, " "$OUT" && grep -q "done: 240 steps" "$OUT" &&
-   h5diff -q "$TMP/r0/ckpt-00000240.h5" "$TMP/r1/ckpt-00000240.h5" /model /model &&
-   h5diff -q "$TMP/r0/ckpt-00000240.h5" "$TMP/r1/ckpt-00000240.h5" /optimizer /optimizer; then
+   grep -q "^resume: step [1-9][0-9]*, " "$OUT" && grep -q "done: 120 steps" "$OUT" &&
+   h5diff -q "$TMP/r0/ckpt-00000120.h5" "$TMP/r1/ckpt-00000120.h5" /model /model &&
+   h5diff -q "$TMP/r0/ckpt-00000120.h5" "$TMP/r1/ckpt-00000120.h5" /optimizer /optimizer; then
   pass "rank_killed_9_restarted_from_checkpoint_equals_uninterrupted ($(grep -o '^resume: step [0-9]*' "$OUT" | tail -1); h5diff)"
 else
   fail "restart ref=$ref_state state=$STATE victim=$victim" "$(grep -E 'restart|resume|done:|error' "$OUT" | head -12)"
