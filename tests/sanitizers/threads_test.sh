@@ -5,7 +5,7 @@
 # (SIGTERM to one rank -> stop flag -> agreed step boundary -> checkpoint). Each case also checks
 # its result, so a race that changes numbers fails here even where TSan stays quiet.
 source "$(dirname "$0")/../e2e/lib.sh"
-DATA="$REPO/data/dataset"
+DATA="$(small_data)"  # the 6,000-image subset: 40 steps fit in its epoch (47 at batch 64)
 COMMON=(--device cpu --data "$DATA" --epochs 1 --progress off --overlap-engine thread
   --collective-timeout 120 --batch-size 64 --eval-batch-size 1000)
 same_state() {
