@@ -2,7 +2,7 @@
 # observability_cost.sh — what the always-on flight recorder costs (target: <= 1% of
 # throughput). Two measurements in one run:
 #  1. the job: mnist_ddp on RANKS CPU ranks for EPOCHS epochs with --flight-recorder 0 (off) and
-#     with the default ring (on), ROUNDS times each, interleaved (off, on, off, ...) so the
+#     with the default ring (on), ROUNDS times each, interleaved in ABBA order (bench/on_off_lib.sh) so the
 #     machine's drifts hit both alike; prints the median images/s of each and the ratio on/off.
 #     On 2 shared cores run-to-run noise is a few percent, so this bounds the cost only coarsely;
 #  2. the mechanism: comm_bench's BM_FlightRecord (ns to record one collective) x the collectives

@@ -3,7 +3,7 @@
 # unmeasurable). Two measurements in one run:
 #  1. the job: mnist_ddp on RANKS CPU ranks for EPOCHS epochs without --trace (off) and with
 #     --trace over every step (on: --trace-steps 0:1000000000, the worst case; the default window
-#     traces 50 steps), ROUNDS times each, interleaved (off, on, off, ...) so the machine's drifts
+#     traces 50 steps), ROUNDS times each, interleaved in ABBA order (bench/on_off_lib.sh) so the machine's drifts
 #     hit both alike; prints the median images/s of each and the ratio on/off. On 2 shared cores
 #     run-to-run noise is a few percent, so this bounds the cost only coarsely;
 #  2. the mechanism: comm_bench's BM_TraceSpan (ns per span, off and on) x the spans one training
