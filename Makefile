@@ -131,8 +131,9 @@ $(BUILD)/%.o: %.cpp
 	@mkdir -p $(@D)
 	$(CXX) $(CPPFLAGS) $(CXXFLAGS) -c -o $@ $<
 
-# The test and benchmark-harness code itself at -O1 (the library it drives stays -O3): GoogleTest
-# bodies gain nothing from -O3, and the 34 test files were a third of the build's time.
+# The unit, MPI and fuzz test code itself at -O1 (the library it drives, and bench/, stay -O3):
+# GoogleTest bodies gain nothing from -O3; rebuilding the unit and MPI test objects took 2 min 25 s
+# at -O3 and 1 min 35 s at -O1 on the 2-core machine.
 TEST_OPT ?= -O1
 $(BUILD)/tests/%.o: CXXFLAGS += $(TEST_OPT)
 
@@ -301,6 +302,7 @@ help:
 	@echo "make test-sanitize  unit, MPI and e2e suites under ASan + UBSan + LSan, threaded paths under TSan"
 	@echo "make test-chaos  20 training runs each hit by a random fault at a random moment (CHAOS_SEED, CHAOS_RUNS)"
 	@echo "make fuzz     libFuzzer on the IDX reader, checkpoint loader, CLI, launcher env (FUZZ_SECONDS=60 each)"
+	@echo "make sanitize-build | fuzz-build  build those trees only (CI builds them while make test runs)"
 	@echo "make bench    microbenchmarks + side-by-side with PyTorch DDP"
 	@echo "make deps     install the Debian packages that are missing"
 	@echo "make data     prepare data/dataset (MNIST if downloadable, else Fashion-MNIST)"
