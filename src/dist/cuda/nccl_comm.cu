@@ -120,7 +120,15 @@ class NcclComm final : public Comm {
     } else {
       CUDA_CHECK(cudaEventSynchronize(e));
     }
-    if (++waited_ == next_request_) next_request_ = waited_ = 0;  // the step's last request
+    if (++waited_ < next_request_) return;
+    next_request_ = waited_ = 0;  // the step's last request
+    // Sync (device only): the compute stream also joins what was enqueued on the NCCL stream
+    // behind the last all-reduce's event (the timeline stamp that ends its span, see
+    // Reducer::launch). A capture ends only when every stream forked into it has joined the
+    // origin (cudaErrorStreamCaptureUnjoined otherwise: a traced step would lose its graph), and
+    // the stamp is read after a sync of the compute stream. Every bucket is awaited by now, so
+    // no overlap is lost.
+    if (compute_ != nullptr) complete();
   }
   void finish_allreduce_avg(int request, std::span<float> d) override {
     wait(request);

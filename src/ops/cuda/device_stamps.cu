@@ -6,14 +6,17 @@
 // replay records the event again; such events are never handed out again, so a later eager step
 // cannot overwrite a graph's stamps. A stream whose capture a failed call has invalidated gets no
 // record (stamp -1: the span is dropped with the failed capture). Times: the step's first stamp
-// is placed against an origin event recorded (and waited for) when the clock was made, the others
-// against that first stamp, so cudaEventElapsedTime's float milliseconds keep microseconds within
-// a step however long the run.
+// is placed against an anchor event, the others against that first stamp. The anchor is an event
+// recorded on the idle stream and waited for, its host time taken then: first when the clock is
+// made (the origin), again whenever the last one is over a second old. cudaEventElapsedTime
+// gives float milliseconds (a 24-bit mantissa: 0.25 ms steps an hour from the origin), so
+// offsets from a recent anchor keep sub-microsecond precision however long the run.
 #include "ops/cuda/device_stamps.hpp"
 
 #include <nvtx3/nvToolsExt.h>
 
 #include <chrono>
+#include <utility>
 #include <vector>
 
 #include "runtime/cuda/cuda_check.hpp"
@@ -24,16 +27,19 @@ namespace {
 class DeviceStampClock final : public StampClock {
  public:
   explicit DeviceStampClock(cudaStream_t stream) : stream_(stream) {
-    CUDA_CHECK(cudaEventCreate(&origin_));
-    CUDA_CHECK(cudaEventRecord(origin_, stream_));
+    CUDA_CHECK(cudaEventCreate(&anchor_));
+    CUDA_CHECK(cudaEventCreate(&spare_));
+    CUDA_CHECK(cudaEventRecord(anchor_, stream_));
     // Sync (once): the origin's host time is taken when the device has reached it.
-    CUDA_CHECK(cudaEventSynchronize(origin_));
+    CUDA_CHECK(cudaEventSynchronize(anchor_));
     host_origin_ = std::chrono::steady_clock::now();
     origin_unix_us_ = unix_now_us();
+    anchor_us_ = 0;
   }
   ~DeviceStampClock() override {
     for (cudaEvent_t e : events_) cudaEventDestroy(e);
-    cudaEventDestroy(origin_);
+    cudaEventDestroy(spare_);
+    cudaEventDestroy(anchor_);
   }
   DeviceStampClock(const DeviceStampClock&) = delete;
   DeviceStampClock& operator=(const DeviceStampClock&) = delete;
@@ -70,16 +76,27 @@ class DeviceStampClock final : public StampClock {
     std::vector<double> out;
     out.reserve(ids.size());
     if (ids.empty()) return out;
-    // Sync (traced steps only): the step's events, on the compute and the NCCL stream (joined to
-    // the compute stream before the step ends), must have been reached to be read.
+    // Sync (traced and sampled steps only): the step's events, on the compute and the NCCL
+    // stream, must have been reached to be read (cudaErrorNotReady otherwise). The NCCL stream
+    // joins the compute stream before the step ends; each event is waited for all the same.
     CUDA_CHECK(cudaStreamSynchronize(stream_));
+    for (const int id : ids)
+      CUDA_CHECK(cudaEventSynchronize(events_[static_cast<std::size_t>(id)]));
+    if (now_us() - anchor_us_ > kReanchorUs) {
+      // Sync: a new anchor on the drained stream, its host time taken once the device reached it.
+      CUDA_CHECK(cudaEventRecord(spare_, stream_));
+      CUDA_CHECK(cudaEventSynchronize(spare_));
+      anchor_us_ = now_us();
+      std::swap(anchor_, spare_);
+    }
     cudaEvent_t first = events_[static_cast<std::size_t>(ids.front())];
-    float base_ms = 0;
-    CUDA_CHECK(cudaEventElapsedTime(&base_ms, origin_, first));
+    float base_ms = 0;  // negative when the anchor was just taken, after this step
+    CUDA_CHECK(cudaEventElapsedTime(&base_ms, anchor_, first));
     for (const int id : ids) {
       float ms = 0;  // negative when this event came before the step's first stamp
       CUDA_CHECK(cudaEventElapsedTime(&ms, first, events_[static_cast<std::size_t>(id)]));
-      out.push_back(1000.0 * static_cast<double>(base_ms) + 1000.0 * static_cast<double>(ms));
+      out.push_back(anchor_us_ + 1000.0 * static_cast<double>(base_ms) +
+                    1000.0 * static_cast<double>(ms));
     }
     return out;
   }
@@ -99,8 +116,14 @@ class DeviceStampClock final : public StampClock {
   bool has_ranges() const override { return true; }
 
  private:
+  // An anchor older than this (host microseconds) is replaced before a step is read: float
+  // milliseconds a second from the anchor are exact to ~0.1 us.
+  static constexpr double kReanchorUs = 1e6;
+
   cudaStream_t stream_;
-  cudaEvent_t origin_ = nullptr;
+  cudaEvent_t anchor_ = nullptr;  // recorded at anchor_us_ on this clock (the origin at first)
+  cudaEvent_t spare_ = nullptr;   // the next anchor
+  double anchor_us_ = 0;
   std::chrono::steady_clock::time_point host_origin_;
   double origin_unix_us_ = 0;
   std::vector<cudaEvent_t> events_;  // every stamp's event, by id
