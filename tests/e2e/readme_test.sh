@@ -9,6 +9,16 @@ if [[ "$(echo "$first" | awk '{print $1" "$2}' | tr '\n' ';')" == "make run;make
 else
   fail "readme_opens_with_make_run_and_make_test" "$first"
 fi
+# The two commands build with one job per core unless make was given -j (a dry run: only the
+# lines that start a make run, and they print the inner make's command line).
+jobs=$(nproc)
+if make -n run 2>/dev/null | grep -q -- "--no-print-directory -j$jobs all$" &&
+   make -n -j1 run 2>/dev/null | grep -q -- "--no-print-directory  *all$" &&
+   make -n JOBS=3 test 2>/dev/null | grep -q -- "--no-print-directory -j3 test-only$"; then
+  pass "make_run_and_test_build_one_job_per_core_unless_given_j (-j$jobs; -j1 kept; JOBS=3 taken)"
+else
+  fail "make_run_and_test_parallel_build" "$(make -n run 2>&1 | grep -- all | tail -3)"
+fi
 run make_run 600 make run ARGS="--epochs 1 --max-steps 30 --log-dir $TMP/log --checkpoint-dir $TMP/ckpt --progress off"
 if [[ $RC -eq 0 ]] && grep -qE "^# +1 +1 " "$OUT" && grep -q "done: 30 steps" "$OUT"; then
   pass "make_run_trains_on_2_ranks"

@@ -34,7 +34,6 @@ class DeviceStampClock final : public StampClock {
     CUDA_CHECK(cudaEventSynchronize(anchor_));
     host_origin_ = std::chrono::steady_clock::now();
     origin_unix_us_ = unix_now_us();
-    anchor_us_ = 0;
   }
   ~DeviceStampClock() override {
     for (cudaEvent_t e : events_) cudaEventDestroy(e);
