@@ -287,7 +287,7 @@ bench-only: all $(BENCH_BIN) $(COMM_BENCH_BIN)
 # GPU kernels are sm_80/sm_90 either way; oneDNN and OpenBLAS pick their kernels at run time).
 BUNDLE_ARCH ?= -march=x86-64-v3
 bundle:
-	@$(MAKE) --no-print-directory BUILD=build/bundle BIN=build/bundle/mnist_ddp \
+	@$(MAKE) --no-print-directory $(PARALLEL) BUILD=build/bundle BIN=build/bundle/mnist_ddp \
 	  ARCH_FLAGS="$(BUNDLE_ARCH)" build/bundle/mnist_ddp build/bundle/tests/unit_tests \
 	  build/bundle/tests/mpi_tests build/bundle/bench/ops_bench build/bundle/bench/comm_bench
 	@data/prepare.sh

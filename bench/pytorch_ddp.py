@@ -54,6 +54,10 @@ def main():
         ap.error("--amp needs --device cuda (as mnist_ddp)")
     if a.warmup_steps is None:
         a.warmup_steps = 3 if a.device == "cuda" else 0
+    if a.device == "cuda" and not torch.cuda.is_available():
+        # The words mnist_ddp uses, so a harness tells "no GPU here" from a broken baseline.
+        sys.exit(f"error: no usable GPU for --device cuda (torch {torch.__version__}: "
+                 f"torch.cuda.is_available() is False, CUDA build {torch.version.cuda})")
 
     rank = int(os.environ.get("OMPI_COMM_WORLD_RANK", os.environ.get("RANK", 0)))
     world = int(os.environ.get("OMPI_COMM_WORLD_SIZE", os.environ.get("WORLD_SIZE", 1)))

@@ -13,6 +13,11 @@ else
   export UCX_NET_DEVICES=lo
 fi
 export OMPI_MCA_btl_tcp_if_include=lo OMPI_MCA_oob_tcp_if_include=lo
+# Open MPI 4.1 refuses to start even a local job when neither ssh nor rsh exists (a bare GPU image):
+# its isolated launcher starts this machine's ranks without them. These tests launch on one machine.
+if [[ -z "${OMPI_MCA_plm:-}" ]] && ! command -v ssh >/dev/null 2>&1 && ! command -v rsh >/dev/null 2>&1; then
+  export OMPI_MCA_plm=isolated
+fi
 if [[ $(id -u) -eq 0 ]]; then
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 fi

@@ -19,7 +19,7 @@ gtest() {
   skipped=$((skipped + $(grep -c "^\[  SKIPPED \] .*(.*ms)" "$LOG/$name.log")))
   # GoogleTest prints a skip's reason on the line after "file:line: Skipped".
   grep -A1 ": Skipped$" "$LOG/$name.log" | grep -v -- "^--$" | grep -v ": Skipped$" >>"$LOG/skip-reasons.txt"
-  grep -E "^\[  (SKIPPED|FAILED) \] .*\(" "$LOG/$name.log" | sed 's/^/   /'
+  grep -E "^\[  (SKIPPED|FAILED) +\] .*\(" "$LOG/$name.log" | sed 's/^/   /'
   grep -E "^max " "$LOG/$name.log" | sed 's/^/   /'
   passed=$((passed + ok)); failed=$((failed + bad))
   if [[ $rc -ne 0 && $bad -eq 0 ]]; then

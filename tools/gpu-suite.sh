@@ -1,19 +1,25 @@
 #!/usr/bin/env bash
 # gpu-suite.sh — the GPU checks on a lent GPU machine, run from the repository root with dist/ from
 # `make bundle` (no MPI, HDF5 or oneDNN needed there; CUDA 13 cuDNN/cuBLAS/NCCL come from PyTorch's
-# wheels or a toolkit: dist/b/bin/bundle-env.sh finds them, and says which are missing):
+# wheels or a toolkit: build/gpu-bundle/bin/bundle-env.sh finds them, and says which are missing):
+#   tools/gpu-suite.sh first     a window's first call, <= 420 s (GPU_FIRST_BUDGET_S) under a 480 s
+#                                limit: preflight; correctness (GPU unit tests, Nccl.* on 1 rank,
+#                                GpuDdp.* on 2, graphs on == off bitwise, a traced NCCL run, AMP fp16
+#                                and bf16 within 1 point of FP32); speed (10 epochs: mnist_ddp rows,
+#                                PyTorch eager, torch.compile last); a <= 60-line summary ending in the
+#                                verdict line. GPU_STEPS=name,name reruns some steps (240 s default).
 #   tools/gpu-suite.sh test      nvidia-smi; GPU unit tests, then all the others; MPI tests (NCCL and
 #                                GpuDdp on 1 rank, GpuDdp on 2 ranks sharing the GPU);
 #                                tests/e2e/gpu_test.sh; NCCL all-reduce bandwidth (comm_bench)
 #   tools/gpu-suite.sh sanitize  compute-sanitizer memcheck and racecheck on a 20-step training run,
 #                                CUDA graphs off and on
 #   tools/gpu-suite.sh bench     bench/gpu_compare.sh 10 (mnist_ddp against PyTorch DDP)
-#   tools/gpu-suite.sh [all]     the three in turn: ~30 minutes, more than one 10-minute command on
-#                                the lent machine; there, run each stage as its own command
+#   tools/gpu-suite.sh [all]     test, sanitize and bench in turn: ~30 minutes, more than one
+#                                10-minute command on the lent machine; there, one stage a command
 # Each stage sets up what it needs by itself (unpacks the bundle, links the wrappers, copies the
 # dataset; idempotent), fits in 10 minutes (the per-step budgets below, enforced by `timeout` and
-# shrunk to what is left of the stage's 570 s), and leaves exactly two files in the results folder
-# ($OUT, else /tmp/gpu-suite): summary-STAGE.txt (the machine, then one line per step: PASS/FAIL,
+# shrunk to what is left of the stage's 540 s), and leaves exactly two files in the results folder
+# ($OUT, else /tmp/gpu-suite; `first` leaves four, see finish_first): summary-STAGE.txt (the machine, then one line per step: PASS/FAIL,
 # tests passed/failed/skipped, seconds; then the tail of each failure) and logs-STAGE.tar.gz (every
 # log of the stage, checkpoints left out). MNIST_DDP_REQUIRE_GPU=1 is always set: the C++ tests and
 # gpu_test.sh fail instead of skipping without a GPU, and any skip left counts as a failure here.
@@ -26,7 +32,7 @@
 # dist/wheels, for that machine's Python), into dist/pylib.
 # shellcheck disable=SC2317  # functions called indirectly: "stage_$STAGE", step KIND
 set -uo pipefail
-cd "$(dirname "$0")/.." || exit 1
+cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1
 ROOT=$PWD
 RESULTS="${OUT:-/tmp/gpu-suite}"
 STAGE_LIMIT=540  # seconds per stage: the lent machine's 600 s per command, minus header and packing
@@ -65,7 +71,7 @@ count_tap() {
 # failure_tail KIND LOG: the lines that say what went wrong.
 failure_tail() {
   case "$1" in
-    gtest) { grep -E '^\[  (FAILED|SKIPPED) \] .*\(' "$2"
+    gtest) { grep -E '^\[  (FAILED|SKIPPED) +\] .*\(' "$2"
              grep -B3 -A12 -E 'Failure$|^unknown file: Failure' "$2" | head -n 80
              tail -n 15 "$2"; } | awk '!seen[$0]++' | head -n 100 ;;
     tap) { awk '/^(ok|skip) - /{p=0} /^not ok - /{p=1} p || /^skip - /' "$2" | head -n 100
@@ -76,24 +82,60 @@ failure_tail() {
   esac
 }
 
+# failure_brief KIND LOG: at most 7 lines that say what went wrong, most telling first (the first
+# stage's summary has room for 8 lines a failure: these and the heading).
+failure_brief() {
+  case "$1" in
+    gtest) { grep -A3 -E 'Failure$' "$2" | grep -vE 'Failure$|^Failed$|^--$|^\[' | awk '!seen[$0]++' | head -n 3
+             grep -m 3 -E '^\[  (FAILED|SKIPPED) +\] .*\(' "$2"
+             tail -n 1 "$2"; } | awk '!seen[$0]++' | head -n 7 ;;
+    # tap: each "not ok" line, then the last 3 lines of its indented details (stderr comes last).
+    tap) awk 'function flush() { for (i = (k > 3 ? k - 2 : 1); i <= k; i++) print b[i]; k = 0 }
+              /^not ok - /{ flush(); print; inb = 1; next }
+              inb && /^    /{ b[++k] = $0; next }
+              { flush(); inb = 0 }
+              END { flush() }' "$2" | head -n 7 ;;
+    check_speed) grep -E '^   exit [0-9]+:' "$2" | awk '!seen[$0]++' | head -n 7 ;;
+    # a command: its last lines, the last one first (when the summary has room for one, that one)
+    *) grep -v '^\s*$' "$2" | tail -n 7 | tac | sed '1s/^/last: /' ;;
+  esac
+}
+
 # step NAME BUDGET KIND CMD...: runs CMD from the repository root under `timeout` (BUDGET seconds,
 # or what is left of the stage if less), stdout and stderr in $LOGS/NAME.log, and records a row.
 # KIND: gtest | tap (counted from the log) | cmd (the exit status) | CHECKFN (a function called
 # with the log and the exit status that sets NP NF NS and may set NOTE).
+# RESERVE (seconds, default 0) is kept for the steps after this one: the budget is what is left of
+# the stage minus RESERVE, if less. An argument @BUDGET@ becomes the step's budget minus 10 s (for a
+# command that keeps its own clock and must stop before `timeout` kills it).
 step() {
   local name="$1" budget="$2" kind="$3"; shift 3
   local log="$LOGS/$name.log" left t0 rc status
-  left=$((STAGE_LIMIT - (SECONDS - STAGE_T0)))
+  left=$((STAGE_LIMIT - (SECONDS - STAGE_T0) - ${RESERVE:-0}))
   if ((left < 10)); then
-    row FAIL "$name" - - - 0 "not run: the stage's ${STAGE_LIMIT} s are used up"
+    local why="the stage's ${STAGE_LIMIT} s are used up"
+    ((${RESERVE:-0} > 0)) && why="$((left + RESERVE)) s left of the stage's ${STAGE_LIMIT}, ${RESERVE} kept for the steps after it"
+    row FAIL "$name" - - - 0 "not run: $why"
+    FAILS+=("### $name (not run: $why)")
     FAILED=1
     return 1
   fi
   ((budget > left)) && budget=$left
+  local own=$((budget - 10))
+  ((own < 1)) && own=1
+  local args=("${@//@BUDGET@/$own}")
+  set -- "${args[@]}"
   echo "--- $name (budget ${budget} s): $*"
   t0=$(now)
-  timeout --kill-after=15 "$budget" "$@" >"$log" 2>&1
+  # A session of its own: when the step ends (or times out), whatever it left behind is killed
+  # with it. Inner `timeout`s put their commands in process groups of their own, which a kill of
+  # the step's group would miss, and a leftover training run would share the GPU with the next
+  # step. The console's descriptors (3, 4: run_first) are not passed on.
+  setsid timeout --kill-after=15 "$budget" "$@" >"$log" 2>&1 </dev/null 3>&- 4>&- &
+  local sid=$!
+  wait "$sid"
   rc=$?
+  pkill -KILL -s "$sid" 2>/dev/null || kill -KILL -- "-$sid" 2>/dev/null
   local secs
   secs=$(since "$t0")
   NP=0 NF=0 NS=0 NOTE=""
@@ -118,28 +160,41 @@ step() {
   echo "    $status $NP passed, $NF failed, $NS skipped, ${secs} s${NOTE:+ ($NOTE)}"
   if [[ $status == FAIL ]]; then
     FAILED=1
-    FAILS+=("### $name ($NOTE; full log: logs-$STAGE.tar.gz $name.log)" "$(failure_tail "$kind" "$log")")
+    if [[ $STAGE == first ]]; then
+      FAILS+=("### $name ($NOTE; full log: logs-first.tar.gz $name.log)" "$(failure_brief "$kind" "$log")")
+    else
+      FAILS+=("### $name ($NOTE; full log: logs-$STAGE.tar.gz $name.log)" "$(failure_tail "$kind" "$log")")
+    fi
     return 1
   fi
   return 0
 }
 
 # --- setup, shared by the stages (idempotent) -----------------------------------------------------
-B="$ROOT/dist/b"
+B="$ROOT/build/gpu-bundle"
 setup() {
   local log="$LOGS/setup.log" t0 why=""
   t0=$(now)
   {
+    # xz-compressed; without the xz program (the GPU image may lack it), python3's tarfile unpacks it.
     if [[ ! -f dist/bundle.tar.xz ]]; then
       why="dist/bundle.tar.xz missing: run \`make bundle\` and carry dist/"
     else
       local stamp
       stamp=$(stat -c '%s %Y' dist/bundle.tar.xz)
       if [[ ! -f "$B/.unpacked" || "$(cat "$B/.unpacked")" != "$stamp" ]]; then
-        echo "unpacking dist/bundle.tar.xz into $B"
-        rm -rf "$B.new" && mkdir -p "$B.new" && tar -C "$B.new" -xJf dist/bundle.tar.xz &&
-          echo "$stamp" >"$B.new/.unpacked" && rm -rf "$B" && mv "$B.new" "$B" ||
-          why="unpacking dist/bundle.tar.xz failed"
+        rm -rf "$B.new" && mkdir -p "$B.new"
+        if command -v xz >/dev/null 2>&1; then
+          echo "unpacking dist/bundle.tar.xz into $B (tar + xz)"
+          tar -C "$B.new" -xJf dist/bundle.tar.xz
+        else
+          echo "unpacking dist/bundle.tar.xz into $B (no xz here: python3's tarfile)"
+          python3 -c 'import sys, tarfile
+kw = {"filter": "fully_trusted"} if hasattr(tarfile, "fully_trusted_filter") else {}
+tarfile.open(sys.argv[1], "r:xz").extractall(sys.argv[2], **kw)' \
+            dist/bundle.tar.xz "$B.new"
+        fi && echo "$stamp" >"$B.new/.unpacked" && rm -rf "$B" && mv "$B.new" "$B" ||
+          why="unpacking dist/bundle.tar.xz failed (xz: $(command -v xz || echo none); python3 lzma: $(python3 -c 'import lzma; print("yes")' 2>&1 | tail -n 1))"
       fi
     fi
     if [[ -z $why && ! -f "$B/bin/bundle-env.sh" ]]; then
@@ -190,20 +245,7 @@ header() {
   echo "GPU: $(timeout 20 nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv,noheader 2>&1 | head -n 2 | tr '\n' ' ')"
   echo "bundle: $(head -n 1 "$B/BUNDLE-INFO" 2>/dev/null || echo '(not unpacked)')"
   echo "CUDA libraries: ${MNIST_DDP_CUDA_LIBS:-(not found)}"
-  echo "python3: $(timeout 60 python3 -c '
-import sys
-v = [sys.version.split()[0]]
-try:
-    import torch
-    v.append(f"torch {torch.__version__} (CUDA {torch.version.cuda})")
-except Exception as e:
-    v.append(f"no torch ({type(e).__name__})")
-for m in ("h5py", "numpy"):
-    try:
-        v.append(f"{m} {__import__(m).__version__}")
-    except Exception:
-        v.append(f"NO {m} (checkpoint comparisons fail)")
-print(", ".join(v))' 2>&1 | tail -n 1)"
+  echo "python3: $(tools/gpu-preflight.sh --python)"
 }
 
 # finish: writes summary-STAGE.txt and logs-STAGE.tar.gz, prints the summary.
@@ -243,13 +285,13 @@ check_comm_bench() {
 }
 
 stage_test() {
-  # budgets (H100, seconds): 15 + 45 + 60 + 45 + 45 + 290 + 30 = 530, + setup (<= 30) and packing < 600
+  # budgets (H100, seconds): 15 + 45 + 40 + 45 + 45 + 310 + 30 = 530, + setup (<= 30) and packing < 600
   step gpu_info 15 cmd nvidia-smi
   step unit_gpu 45 gtest build/tests/unit_tests --gtest_color=no --gtest_filter='Gpu*'
-  step unit_others 60 gtest build/tests/unit_tests --gtest_color=no --gtest_filter='-Gpu*'
+  step unit_others 40 gtest build/tests/unit_tests --gtest_color=no --gtest_filter='-Gpu*'
   step mpi_np1_nccl_gpuddp 45 gtest mpirun -np 1 build/tests/mpi_tests --gtest_color=no --gtest_filter='Nccl.*:GpuDdp.SharedGpu*'
   step mpi_np2_gpuddp 45 gtest mpirun -np 2 build/tests/mpi_tests --gtest_color=no --gtest_filter='GpuDdp.*'
-  step e2e_gpu_test 290 tap env MNIST_DDP_E2E_KEEP="$LOGS/e2e" bash tests/e2e/gpu_test.sh
+  step e2e_gpu_test 310 tap env MNIST_DDP_E2E_KEEP="$LOGS/e2e" bash tests/e2e/gpu_test.sh
   step comm_bench_nccl 30 check_comm_bench mpirun -np 1 build/bench/comm_bench --benchmark_filter=Nccl --benchmark_color=false
 }
 
@@ -362,6 +404,204 @@ stage_bench() {
   step gpu_compare 530 check_bench env OUT="$LOGS/bench" GPU_COMPARE_BUDGET_S=500 bash bench/gpu_compare.sh 10
 }
 
+# --- stage first: one window's first call -------------------------------------------------------
+# Correctness, then speed, in one command of at most GPU_FIRST_BUDGET_S seconds (default 420, 240
+# with GPU_STEPS) run under a 480-second limit. Each step has a cap and a floor: while a step runs,
+# the floors of the steps after it are kept back (RESERVE), so a slow step cannot crowd out the
+# speed table, and time a step does not use passes to the next. GPU_STEPS=name,name runs only those.
+FIRST_STEPS=(preflight unit_gpu nccl_np1 gpuddp_np2 graphs_bitwise trace_nccl amp
+             speed_mnist_ddp speed_pytorch_eager speed_torch_compile)
+# Steps that check a result (the verdict's "correct"). The self-test steps of
+# tests/e2e/gpu_suite_test.sh (selftest_pass, selftest_fail) run only when named; they need no
+# bundle and no GPU.
+FIRST_CORRECTNESS=" preflight unit_gpu nccl_np1 gpuddp_np2 graphs_bitwise trace_nccl amp "
+declare -A FIRST_FLOOR=([preflight]=15 [unit_gpu]=20 [nccl_np1]=10 [gpuddp_np2]=15 [graphs_bitwise]=20
+  [trace_nccl]=10 [amp]=20 [speed_mnist_ddp]=40 [speed_pytorch_eager]=60 [speed_torch_compile]=60
+  [selftest_pass]=20 [selftest_fail]=20)
+SPEED_EPOCHS=10
+
+# The speed steps share one results folder; each step's rows are the manifest lines it appended.
+check_speed() {
+  local m="$LOGS/speed/gpu_runs/manifest.tsv"
+  NP=$(tail -n +"$((SPEED_MARK + 1))" "$m" 2>/dev/null | awk -F'\t' '$3 == "0"' | wc -l)
+  NF=$(tail -n +"$((SPEED_MARK + 1))" "$m" 2>/dev/null | awk -F'\t' '$3 != "0" && $3 != "skipped"' | wc -l)
+  NS=0
+  local left
+  left=$(tail -n +"$((SPEED_MARK + 1))" "$m" 2>/dev/null | awk -F'\t' '$3 == "skipped"' | wc -l)
+  ((left > 0)) && NF=$((NF + left)) NOTE="$left runs not started (time budget)"
+  return 0
+}
+# speed_step NAME CAP VARIANTS PER_RUN_CAP: one round of those variants, 10 epochs each.
+speed_step() {
+  SPEED_MARK=$(cat "$LOGS/speed/gpu_runs/manifest.tsv" 2>/dev/null | wc -l)
+  step "$1" "$2" check_speed env OUT="$LOGS/speed" GPU_COMPARE_APPEND=1 GPU_COMPARE_PEAK=0 \
+    GPU_COMPARE_TABLE=0 GPU_COMPARE_VARIANTS="$3" GPU_COMPARE_CAP_S="$4" GPU_COMPARE_BUDGET_S=@BUDGET@ \
+    bash bench/gpu_compare.sh "$SPEED_EPOCHS" 1
+}
+# The FP32 top-1 of graphs_bitwise's one epoch, for amp's comparison (empty if it did not pass).
+fp32_top1() { sed -n 's/^# fp32_top1 \([0-9.]*\)$/\1/p' "$LOGS/graphs_bitwise.log" 2>/dev/null | head -n 1; }
+
+first_step() {
+  case "$1" in
+    preflight) PREFLIGHT_HEADER="$LOGS/preflight-header.txt" step preflight 40 cmd bash tools/gpu-preflight.sh ;;
+    unit_gpu) step unit_gpu 45 gtest build/tests/unit_tests --gtest_color=no --gtest_filter='Gpu*' ;;
+    nccl_np1) step nccl_np1 30 gtest mpirun -np 1 build/tests/mpi_tests --gtest_color=no --gtest_filter='Nccl.*' ;;
+    gpuddp_np2) step gpuddp_np2 45 gtest mpirun -np 2 build/tests/mpi_tests --gtest_color=no --gtest_filter='GpuDdp.*' ;;
+    graphs_bitwise) step graphs_bitwise 60 tap env GPU_TEST_CASES=graphs_one_epoch MNIST_DDP_E2E_KEEP="$LOGS/e2e" bash tests/e2e/gpu_test.sh ;;
+    trace_nccl) step trace_nccl 40 tap env GPU_TEST_CASES=trace MNIST_DDP_E2E_KEEP="$LOGS/e2e" bash tests/e2e/gpu_test.sh ;;
+    # The FP32 reference is graphs_bitwise's when it ran (empty if it failed: amp then says so
+    # rather than spend its budget on two more FP32 epochs); alone, amp runs that epoch itself.
+    amp) if [[ " ${SELECTED[*]} " == *" graphs_bitwise "* ]]; then
+           step amp 60 tap env GPU_TEST_CASES=amp GPU_TEST_FP32_TOP1="$(fp32_top1)" MNIST_DDP_E2E_KEEP="$LOGS/e2e" bash tests/e2e/gpu_test.sh
+         else
+           step amp 90 tap env GPU_TEST_CASES=amp MNIST_DDP_E2E_KEEP="$LOGS/e2e" bash tests/e2e/gpu_test.sh
+         fi ;;
+    speed_mnist_ddp) speed_step speed_mnist_ddp 120 graphs_tf32,eager_tf32,graphs_amp_bf16,graphs_amp_fp16 60 ;;
+    speed_pytorch_eager) speed_step speed_pytorch_eager 150 pt_eager_tf32,pt_eager_amp_bf16 90 ;;
+    # torch.compile last and capped: its compilation may take minutes on a cold cache.
+    speed_torch_compile) speed_step speed_torch_compile 150 pt_compiled_tf32 150 ;;
+    selftest_pass) step selftest_pass 20 tap bash -c 'echo "ok - selftest_pass (the harness runs a step)"' ;;
+    selftest_fail) step selftest_fail 20 cmd bash -c 'for i in $(seq 1 30); do echo "selftest failure line $i"; done; exit 3' ;;
+  esac
+}
+
+stage_first() {
+  local i s stopped=""
+  for ((i = 0; i < ${#SELECTED[@]}; i++)); do
+    s=${SELECTED[i]}
+    if [[ -n $stopped ]]; then
+      row FAIL "$s" - - - 0 "not run: $stopped"
+      continue
+    fi
+    # Keep back the floors of the steps still to come, and 10 s to write the summary.
+    RESERVE=10
+    local j
+    for ((j = i + 1; j < ${#SELECTED[@]}; j++)); do RESERVE=$((RESERVE + FIRST_FLOOR[${SELECTED[j]}])); done
+    first_step "$s"
+    # The binary cannot start: nothing after it can run; the device time goes to a fixed second call.
+    if [[ $s == preflight ]] && grep -q 'CANNOT START' "$LOGS/preflight-header.txt" 2>/dev/null; then
+      stopped="preflight: the binary cannot start (see the preflight lines above)"
+      FAILED=1
+    fi
+  done
+  RESERVE=0
+}
+
+# finish_first: the summary (at most 60 lines, the verdict last), the speed table as JSON, the
+# logs; prints the summary last, so the tail of the command's output always holds it.
+finish_first() {
+  local summary="$RESULTS/summary-first.txt" json="$RESULTS/speed-first.json" table="" r
+  local correct=yes verdict_s="-" verdict_eager="-" verdict_compile="-"
+  if [[ -s "$LOGS/speed/gpu_runs/manifest.tsv" ]]; then
+    table=$(timeout 30 python3 bench/gpu_table.py "$LOGS/speed/gpu_runs" "$SPEED_EPOCHS" 1 --json "$json" 2>&1)
+    read -r verdict_s verdict_eager verdict_compile < <(timeout 10 python3 - "$json" <<'PY' 2>/dev/null
+import json, sys
+m = json.load(open(sys.argv[1]))["median"].get("graphs_tf32", {})
+f = lambda v, fmt: fmt % v if isinstance(v, (int, float)) else "-"
+print(f(m.get("train_s"), "%.2f"), f(m.get("vs_eager"), "%.1f"), f(m.get("vs_compile"), "%.2f"))
+PY
+    )
+  fi
+  local checked=0
+  for r in "${ROWS[@]}"; do
+    read -r status name _ <<<"$r"
+    [[ $FIRST_CORRECTNESS == *" $name "* || $name == setup || $name == selftest_* ]] || continue
+    [[ $name == setup ]] || checked=1
+    [[ $status == PASS ]] || correct=no
+  done
+  # Only speed steps named: nothing was checked, so the verdict does not claim it.
+  [[ $checked == 1 || $correct == no ]] || correct="-"
+  local verdict="first light: correct $correct; $SPEED_EPOCHS epochs ${verdict_s:--} s; ${verdict_eager:--}x eager; ${verdict_compile:--}x compile"
+  {
+    echo "gpu-suite first: $(date -u '+%Y-%m-%d %H:%M UTC') on $(hostname), budget ${STAGE_LIMIT} s${GPU_STEPS:+, GPU_STEPS=$GPU_STEPS}"
+    # The machine and library lines (at most 5), the CUDA library lines, the binary's verdict.
+    local h="$LOGS/preflight-header.txt"
+    { head -n 5 "$h"; grep 'CUDA libraries' "$h" | head -n 3; grep -m1 '^mnist_ddp --device cuda --print-env' "$h"; } 2>/dev/null |
+      awk '!seen[$0]++'
+    echo
+    printf '%-6s %-24s %5s %5s %5s %8s  %s\n' RESULT step pass fail skip seconds note
+    printf '%s\n' "${ROWS[@]}" | cut -c1-200
+    echo "TOTAL first: $(printf '%s\n' "${ROWS[@]}" | grep -c '^PASS') steps passed, $(printf '%s\n' "${ROWS[@]}" | grep -c '^FAIL') failed, $((SECONDS - STAGE_T0)) s"
+  } >"$summary.head"
+  {
+    if [[ -n $table ]]; then
+      echo
+      echo "--- speed ($SPEED_EPOCHS epochs, one round; JSON: speed-first.json)"
+      echo "$table" | cut -c1-200 | head -n 16
+    fi
+  } >"$summary.table"
+  # The failures get the lines left under 60: at most 8 each (their heading and last lines).
+  local used avail n each
+  used=$(($(wc -l <"$summary.head") + $(wc -l <"$summary.table") + 3))
+  avail=$((60 - used))
+  n=0
+  for ((i = 0; i < ${#FAILS[@]}; i++)); do [[ ${FAILS[i]} == "### "* ]] && n=$((n + 1)); done
+  {
+    if ((n > 0 && avail > 2)); then
+      echo
+      echo "--- failures (what each says; full logs: logs-first.tar.gz)"
+      each=$(((avail - 2) / n))
+      ((each > 8)) && each=8
+      ((each < 1)) && each=1
+      local head body
+      for ((i = 0; i < ${#FAILS[@]}; i++)); do
+        [[ ${FAILS[i]} == "### "* ]] || continue
+        head=${FAILS[i]} body=""
+        [[ $((i + 1)) -lt ${#FAILS[@]} && ${FAILS[i + 1]} != "### "* ]] && body=${FAILS[i + 1]}
+        echo "${head:0:200}"
+        ((each > 1)) && [[ -n $body ]] && grep -v '^\s*$' <<<"$body" | head -n $((each - 1)) | cut -c1-200
+      done | head -n $((avail - 2))
+    fi
+  } >"$summary.fail"
+  cat "$summary.head" "$summary.fail" "$summary.table" >"$summary"
+  echo >>"$summary"
+  echo "$verdict" >>"$summary"
+  rm -f "$summary.head" "$summary.fail" "$summary.table"
+  tar -C "$LOGS" --exclude='*.h5' --exclude='*.json.gz' -czf "$RESULTS/logs-first.tar.gz" . 2>/dev/null ||
+    echo "warning: packing the logs into $RESULTS/logs-first.tar.gz failed" >&2
+  rm -rf "$LOGS"
+  [[ $correct == no ]] && FAILED=1
+  echo
+  cat "$summary"
+}
+
+run_first() {
+  STAGE=first
+  local budget_default=420
+  SELECTED=("${FIRST_STEPS[@]}")
+  if [[ -n "${GPU_STEPS:-}" ]]; then
+    IFS=', ' read -r -a SELECTED <<<"$GPU_STEPS"
+    budget_default=240
+    local s
+    for s in "${SELECTED[@]}"; do
+      if [[ -z "${FIRST_FLOOR[$s]:-}" ]]; then
+        echo "gpu-suite first: unknown step '$s' in GPU_STEPS (steps: ${FIRST_STEPS[*]})" >&2
+        exit 2
+      fi
+    done
+  fi
+  # The stage's own clock: the whole command, setup included, minus ~10 s to pack and print.
+  STAGE_LIMIT=$((${GPU_FIRST_BUDGET_S:-$budget_default} - 10))
+  LOGS="$(mktemp -d /tmp/gpu-suite-first.XXXXXX)"
+  # The clock starts with the script (python's torch import above counts too).
+  ROWS=() FAILS=() STAGE_T0=0
+  # The console, also as a file in $OUT (the reply shows only the tail of the output).
+  exec 3>&1 4>&2 > >(tee "$RESULTS/console-first.txt") 2>&1
+  local tee_pid=$!
+  echo "=== gpu-suite first (results: $RESULTS; budget ${STAGE_LIMIT} s; steps: ${SELECTED[*]})"
+  local needs_bundle=0 s
+  for s in "${SELECTED[@]}"; do [[ $s == selftest_* ]] || needs_bundle=1; done
+  if ((needs_bundle == 0)) || setup; then
+    stage_first
+  else
+    for s in "${SELECTED[@]}"; do row FAIL "$s" - - - 0 "not run: setup failed"; done
+  fi
+  finish_first
+  # Back to the real output, and tee flushed before the script exits (the verdict is its last line).
+  exec 1>&3 2>&4 3>&- 4>&-
+  wait "$tee_pid" 2>/dev/null
+}
+
 run_stage() {
   STAGE="$1"
   LOGS="$(mktemp -d "/tmp/gpu-suite-$STAGE.XXXXXX")"
@@ -374,11 +614,14 @@ run_stage() {
   finish
 }
 
+# Sourced (tests/e2e/gpu_suite_test.sh reads its helpers): define, run nothing.
+[[ "${BASH_SOURCE[0]}" == "$0" ]] || return 0
 FAILED=0
 case "${1:-all}" in
+  first) run_first; exit "$FAILED" ;;  # the verdict stays the last line printed
   test | sanitize | bench) run_stage "$1" ;;
   all) for s in test sanitize bench; do run_stage "$s"; done ;;
-  *) echo "usage: tools/gpu-suite.sh [test|sanitize|bench|all]" >&2; exit 2 ;;
+  *) echo "usage: tools/gpu-suite.sh [first|test|sanitize|bench|all]  (GPU_STEPS=name,name with first)" >&2; exit 2 ;;
 esac
 echo
 echo "results: $(ls -d "$RESULTS"/summary-*.txt "$RESULTS"/logs-*.tar.gz 2>/dev/null | tr '\n' ' ')"

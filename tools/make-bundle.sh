@@ -3,14 +3,18 @@
 # to run the GPU suite and benchmark (`make bundle`): stripped binaries, their non-CUDA shared
 # libraries, the Open MPI runtime laid out for OPAL_PREFIX (with Debian's PMIx, UCX and MCA
 # defaults), wrapper scripts, and the dataset.
-# Output: dist/ (about 55 MB; carry it: `carry: ["dist"]`), then on the device:
-#   tools/gpu-suite.sh test|sanitize|bench|all      (from the repository root)
-# Inside dist/bundle.tar.xz:
+# Output: dist/ (carry it: `carry: ["dist"]`), then on the device, from the repository root:
+#   tools/gpu-suite.sh first|test|sanitize|bench|all
+# What travels (dist/ plus the tracked tree) must stay within MNIST_DDP_CARRY_LIMIT_MIB (default 60;
+# the device tool takes 64 MiB): the total is printed, and the script fails above it.
+# dist/bundle.tar.xz is xz (26 MB; gzip made 45 MB, which with the 30 MB dataset did not fit): the
+# GPU image may lack the xz program, so tools/gpu-suite.sh unpacks with python3's tarfile (its lzma
+# module) there. Inside it:
 #   bin/NAME        wrappers (mnist_ddp, unit_tests, mpi_tests, ops_bench, comm_bench, mpirun):
 #                   source bin/bundle-env.sh, which sets LD_LIBRARY_PATH (bundle lib/, then the
 #                   CUDA libraries found on that machine), OPAL_PREFIX and PMIx's directories for
 #                   that process only, then exec libexec/NAME. Usable outside the suite, also
-#                   through a symlink (./mnist_ddp -> dist/b/bin/mnist_ddp).
+#                   through a symlink (./mnist_ddp -> build/gpu-bundle/bin/mnist_ddp).
 #   libexec/        the real binaries          lib/   their libraries except glibc and CUDA's
 #   mpi/            Open MPI as Debian lays it out under /usr (mpi/bin: wrappers of orterun and
 #                   orted), Debian's /etc/openmpi in mpi/etc, PMIx 4 in mpi/lib/x86_64-linux-gnu/pmix2
@@ -36,6 +40,9 @@ done
 cp -a /usr/lib/x86_64-linux-gnu/openmpi "$stage/$ML/"
 [[ -d /usr/lib/x86_64-linux-gnu/pmix2 ]] && cp -a /usr/lib/x86_64-linux-gnu/pmix2 "$stage/$ML/"
 cp -a /usr/share/openmpi "$stage/mpi/share/"
+# Headers and static archives only serve compilers: left out (~10 MB).
+rm -rf "$stage/$ML/openmpi/include"
+find "$stage/mpi" \( -name '*.a' -o -name '*.la' \) -delete
 [[ -d /etc/openmpi ]] && cp -a /etc/openmpi/. "$stage/mpi/etc/"
 cp -L /usr/bin/orterun "$stage/mpi/libexec/orterun"
 cp -L /usr/bin/orted "$stage/mpi/libexec/orted"
@@ -145,6 +152,11 @@ mnist_ddp_bundle_env() {
   # UCX modules next to the bundled libucs; a world of one without mpirun needs no orted.
   export UCX_MODULE_DIR="$MNIST_DDP_BUNDLE/lib/ucx"
   export OMPI_MCA_ess_singleton_isolated="${OMPI_MCA_ess_singleton_isolated:-1}"
+  # Open MPI 4.1's launcher needs ssh or rsh even for a job on this one machine ("plm_rsh_agent
+  # ... could not be found"); without either, the isolated launcher starts local ranks alone.
+  if [[ -z "${OMPI_MCA_plm:-}" ]] && ! command -v ssh >/dev/null 2>&1 && ! command -v rsh >/dev/null 2>&1; then
+    export OMPI_MCA_plm=isolated
+  fi
 }
 ENV
 
@@ -176,8 +188,19 @@ ln -s ../mpi/bin/mpirun "$stage/bin/mpirun"
 
 rm -rf "$out"
 mkdir -p "$out/data"
-tar -C "$stage" -cJf "$out/bundle.tar.xz" .
+tar -C "$stage" -cf - . | xz -9 -T0 >"$out/bundle.tar.xz"
 for f in data/dataset/*.gz; do cp -L "$f" "$out/data/"; done
 cp data/dataset/DATASET "$out/data/"
-du -sh "$out" "$out/bundle.tar.xz"
+# What the device tool sends: the tracked tree (and untracked files git does not ignore) plus dist/.
+limit_mib="${MNIST_DDP_CARRY_LIMIT_MIB:-60}"
+tree_bytes=$( { git ls-files -z; git ls-files -z --others --exclude-standard; } 2>/dev/null |
+  xargs -0 -r stat -c %s 2>/dev/null | awk '{ s += $1 } END { print s + 0 }')
+dist_bytes=$(du -sb "$out" | awk '{ print $1 }')
+mib() { awk -v b="$1" 'BEGIN { printf "%.1f", b / 1048576 }'; }
+echo "make-bundle: $out/bundle.tar.xz $(mib "$(stat -c %s "$out/bundle.tar.xz")") MiB, $out/data $(mib "$(du -sb "$out/data" | awk '{ print $1 }')") MiB"
+echo "make-bundle: carried $(mib $((tree_bytes + dist_bytes))) MiB = tree $(mib "$tree_bytes") + $out $(mib "$dist_bytes") (limit $limit_mib MiB)"
+if ((tree_bytes + dist_bytes > limit_mib * 1048576)); then
+  echo "make-bundle: over the $limit_mib MiB the GPU machine can be sent: leave something out of $out" >&2
+  exit 1
+fi
 echo "make-bundle: carry $out/ to the GPU machine and run tools/gpu-suite.sh there"

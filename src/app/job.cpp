@@ -116,6 +116,11 @@ int print_env(const Identity& id, const Placement& where, const std::string& hos
   for (const auto& line : id.derivation) out += fmt::format("[rank {}] {}\n", id.rank, line);
   out += fmt::format("[rank {}] host {} pid {} device {} threads {} (usable cores {})\n", id.rank,
                      host, id.pid, to_string(where.device), where.threads, usable_cores());
+  if (where.device == Device::Cuda) {
+    out += fmt::format("[rank {}] {}\n", id.rank, where.device_text);
+    for (const auto& line : cuda_library_versions())
+      out += fmt::format("[rank {}] {}\n", id.rank, line);
+  }
   std::fputs(out.c_str(), stdout);
   std::fflush(stdout);
   return kExitOk;

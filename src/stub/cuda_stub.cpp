@@ -3,6 +3,7 @@
 // to start.
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "mnist_ddp/dist/comm.hpp"
 #include "mnist_ddp/model/amp.hpp"
@@ -28,6 +29,9 @@ void use_cuda_device(int) {
 }
 std::string cuda_device_description(int) {
   return "";
+}
+std::vector<std::string> cuda_library_versions() {
+  return {};
 }
 void release_cuda_device() {}
 std::unique_ptr<Comm> make_host_staged_comm() {

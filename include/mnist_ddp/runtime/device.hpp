@@ -5,6 +5,8 @@
 #include <cstddef>
 #include <span>
 #include <string>
+#include <vector>
+
 #include "mnist_ddp/runtime/enum_names.hpp"
 
 namespace mnist_ddp {
@@ -39,6 +41,10 @@ void use_cuda_device(int index);
 void release_cuda_device();
 // "NVIDIA H100 80GB HBM3 (pci 0000:1a:00.0)"; empty in a build without CUDA.
 std::string cuda_device_description(int index);
+// --print-env on a GPU: the CUDA runtime, cuBLAS, cuDNN and NCCL versions this process loaded,
+// each next to the version it was built against, then one line per major version that differs
+// (and a driver older than the runtime). Needs no GPU; empty in a build without CUDA.
+std::vector<std::string> cuda_library_versions();
 
 // Resolves --device: auto -> cuda when built with CUDA and a GPU is visible, else cpu. An explicit
 // `cuda` that cannot be honoured is a UserError that says why.
