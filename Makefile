@@ -170,12 +170,15 @@ JOBS ?= $(shell nproc 2>/dev/null || echo 1)
 PARALLEL = $(if $(filter -j%,$(MAKEFLAGS)),,-j$(JOBS))
 
 # `make run` is the README's CPU job (2 CPU ranks) on any machine; DEVICE=cuda|auto to change it.
+# It continues the run in checkpoints/ when there is one (--resume auto; ARGS='--resume none' with
+# another --checkpoint-dir starts a second run): a new run there would have to overwrite the
+# first one's checkpoints, which mnist_ddp refuses.
 DEVICE ?= cpu
 run:
 	@tools/install-deps.sh
 	@$(MAKE) --no-print-directory $(PARALLEL) all
 	@data/prepare.sh
-	@source tests/mpi_env.sh && $(MPIRUN) -np 2 ./mnist_ddp --device $(DEVICE) $(ARGS)
+	@source tests/mpi_env.sh && $(MPIRUN) -np 2 ./mnist_ddp --device $(DEVICE) --resume auto $(ARGS)
 
 test:
 	@tools/install-deps.sh --tests
@@ -204,11 +207,12 @@ test-e2e: all $(BENCH_BIN) $(COMM_BENCH_BIN)
 # The ASan + UBSan build uses Debian's clang (as `make fuzz` does): GCC 12's UBSan instrumentation
 # takes 3x as long on CLI11's cli.cpp (102 s against 34 s), the whole build 6.3 min against 4.4.
 # The TSan build's unit binary holds the unit tests of code that starts threads: the flight
-# recorder's dump thread (the watchdog and the communication thread are the MPI suite's and
-# threads_test.sh's); the other unit tests run single-threaded code, under ASan above.
+# recorder's dump thread and the checkpoint lock's heartbeat (the watchdog and the communication
+# thread are the MPI suite's and threads_test.sh's); the other unit tests run single-threaded
+# code, under ASan above.
 SANITIZE_FLAGS := -O1 -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 TSAN_FLAGS := -O1 -fsanitize=thread -fno-omit-frame-pointer
-TSAN_UNIT_TESTS := tests/unit/flight_recorder_test.cpp tests/unit/test_util.cpp
+TSAN_UNIT_TESTS := tests/unit/flight_recorder_test.cpp tests/unit/dir_lock_test.cpp tests/unit/test_util.cpp
 test-sanitize:
 	@tools/install-deps.sh --tests
 	@data/prepare.sh

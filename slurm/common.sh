@@ -1,7 +1,8 @@
 # common.sh — sourced by the batch scripts in slurm/ (from the checkout they were submitted from):
 # loads the mnist_ddp module and launches one rank per task. Environment overrides:
-# MNIST_DDP_MODULES (modulefile directory), MNIST_DDP_CKPT (checkpoints), MNIST_DDP_LOGS (logs),
-# LMOD_INIT (Lmod's init script, for batch shells without `module`).
+# MNIST_DDP_MODULES (modulefile directory), MNIST_DDP_RUNS (where each job's folder goes, default
+# runs/), MNIST_DDP_CKPT (checkpoints), MNIST_DDP_LOGS (logs), LMOD_INIT (Lmod's init script, for
+# batch shells without `module`).
 
 # Batch shells are not login shells: load Lmod's `module` if the site's profile did not.
 if ! type module >/dev/null 2>&1; then
@@ -10,6 +11,19 @@ if ! type module >/dev/null 2>&1; then
 fi
 module use "${MNIST_DDP_MODULES:-$PWD/modules}"
 module load mnist_ddp
+
+# mnist_ddp_run_dir: this job's own folder, $MNIST_DDP_RUNS/<job name>-<job id>, or
+# <job name>-<array job id>_<task id> for a task of an array. Two submissions of one script and the
+# tasks of an array never share one (each has its own checkpoints and logs, and the directory lock
+# would refuse a shared one); a requeued job keeps its job id, and a MAX_RESTARTS relaunch runs
+# inside the same job, so both find their own checkpoints again.
+mnist_ddp_run_dir() {
+  local id="${SLURM_JOB_ID:-local}"
+  if [[ -n "${SLURM_ARRAY_JOB_ID:-}" && -n "${SLURM_ARRAY_TASK_ID:-}" ]]; then
+    id="${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}"
+  fi
+  echo "${MNIST_DDP_RUNS:-runs}/${SLURM_JOB_NAME:-mnist_ddp}-$id"
+}
 
 # run_mnist_ddp FLAGS...: one rank per task; --kill-on-bad-exit ends every task as soon as one
 # fails; resume from the newest checkpoint; on the requeue signal (USR1, sent 120 s before the
@@ -20,7 +34,8 @@ module load mnist_ddp
 # MAX_RESTARTS times (default 2), each restart logged with its cause. Never retried: success,
 # bad input (2), replicas that differ (3), a diverged model (5) and deliberate stops (130, 138, 143).
 run_mnist_ddp() {
-  local max="${MAX_RESTARTS:-2}" restarts=0 rc cause
+  local max="${MAX_RESTARTS:-2}" restarts=0 rc cause run_dir
+  run_dir="$(mnist_ddp_run_dir)"
   if [[ ! "$max" =~ ^[0-9]+$ ]]; then
     echo "mnist_ddp: error: MAX_RESTARTS=$max: give the number of restarts allowed (0 turns them off)" >&2
     return 2
@@ -28,8 +43,8 @@ run_mnist_ddp() {
   while :; do
     rc=0
     srun --mpi=pmix --kill-on-bad-exit=1 mnist_ddp --threads 1 --resume auto --requeue \
-      --checkpoint-dir "${MNIST_DDP_CKPT:-checkpoints}" \
-      --log-dir "${MNIST_DDP_LOGS:-logging/${SLURM_JOB_ID:-local}}" "$@" || rc=$?
+      --checkpoint-dir "${MNIST_DDP_CKPT:-$run_dir/checkpoints}" \
+      --log-dir "${MNIST_DDP_LOGS:-$run_dir/logs}" "$@" || rc=$?
     case "$rc" in
       1) cause="a rank failed (crash, internal error or MPI abort)" ;;
       4) cause="a collective exceeded --collective-timeout (watchdog abort)" ;;

@@ -2,8 +2,9 @@
 # train_2x4.sh — mnist_ddp on 2 nodes x 4 tasks, one rank and one GPU per task, launched by srun
 # with PMIx. Submit from the checkout: `sbatch slurm/train_2x4.sh [mnist_ddp flags]`; sbatch flags
 # override every #SBATCH line (-p PARTITION, -A ACCOUNT, -N, --time, ...). Nothing site-specific
-# is baked in: the modulefile comes from $MNIST_DDP_MODULES (default: <checkout>/modules), the
-# checkpoints go to $MNIST_DDP_CKPT (default: checkpoints), the logs to $MNIST_DDP_LOGS.
+# is baked in: the modulefile comes from $MNIST_DDP_MODULES (default: <checkout>/modules); the
+# checkpoints and logs go to this job's own folder, runs/mnist_ddp-<jobid>/{checkpoints,logs}
+# ($MNIST_DDP_RUNS, $MNIST_DDP_CKPT, $MNIST_DDP_LOGS override).
 # Preemption: the job is requeueable and gets SIGUSR1 120 s before its time limit; mnist_ddp
 # checkpoints at the next step boundary and the requeued job resumes from it (--resume auto).
 #SBATCH --job-name=mnist_ddp

@@ -4,10 +4,12 @@
 #include <fmt/format.h>
 #include <csignal>
 #include <cstdlib>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <span>
 #include <string>
 
+#include "mnist_ddp/checkpoint/dir_lock.hpp"
 #include "mnist_ddp/runtime/check.hpp"
 #include "mnist_ddp/runtime/requeue.hpp"
 #include "mnist_ddp/runtime/signals.hpp"
@@ -35,6 +37,20 @@ int evaluate_only(Comm& control, Trainer& trainer, const DataSplit& data, std::i
 
 int train_and_report(Comm& control, const Config& cfg, Trainer& trainer, const DataSplit& data,
                      Logger& log, const TraceFile* trace) {
+  // What tools/compare_runs reads to tell runs apart: the configuration and lineage of each start
+  // (a resumed run adds one with the same run id), then how it ended (done or stopped).
+  const LockHolder me = this_process_as_holder();
+  std::error_code ec;
+  log.metrics({{"event", "start"},
+               {"run_id", trainer.run_id()},
+               {"step", trainer.step()},
+               {"total_steps", trainer.total_steps()},
+               {"ranks", control.size()},
+               {"host", me.host},
+               {"job", me.job},
+               {"time", me.started},
+               {"checkpoint_dir", std::filesystem::absolute(cfg.checkpoint_dir, ec).string()},
+               {"config", nlohmann::json::parse(config_json(cfg))}});
   log.info(fmt::format(
       "training: {} epoch(s) x {} steps/epoch = {} steps{}, batch {} per rank{} "
       "({} global), lr {}",
@@ -57,6 +73,10 @@ int train_and_report(Comm& control, const Config& cfg, Trainer& trainer, const D
   if (r.stop_signal != 0) {
     log.info(fmt::format("stopped by {} at step {}; checkpoint {}; continue with --resume auto",
                          signal_name(r.stop_signal), r.steps, r.last_checkpoint));
+    log.metrics({{"event", "stopped"},
+                 {"signal", signal_name(r.stop_signal)},
+                 {"steps", r.steps},
+                 {"checkpoint", r.last_checkpoint}});
     std::int64_t requeued = 0;
     if (cfg.requeue && (r.stop_signal == cfg.requeue_signal || r.stop_signal == SIGTERM)) {
       if (control.rank() == 0) {

@@ -13,6 +13,7 @@
 
 #include "mnist_ddp/app/communicators.hpp"
 #include "mnist_ddp/checkpoint/checkpoint.hpp"
+#include "mnist_ddp/checkpoint/dir_lock.hpp"
 #include "mnist_ddp/checkpoint/store.hpp"
 #include "mnist_ddp/dist/reducer.hpp"
 #include "mnist_ddp/model/model.hpp"
@@ -150,6 +151,18 @@ int verify_checkpoint_dir(Comm& control, const std::string& dir) {
   // Collective: every rank exits with rank 0's verdict (the launcher reports one status).
   control.allreduce(std::span<float>(&bad, 1), ReduceOp::Max);
   return bad > 0 ? kExitUserError : kExitOk;
+}
+
+std::unique_ptr<DirLock> lock_checkpoint_dir(Comm& control, const Config& cfg) {
+  std::unique_ptr<DirLock> lock;
+  if (cfg.eval_only || cfg.verify_checkpoints || cfg.print_env) return lock;
+  std::vector<std::string> notes;
+  // Collective (agreement): a directory held by another run is one error, on every rank.
+  run_agreed(control, [&] {
+    if (control.rank() == 0) lock = DirLock::acquire(cfg.checkpoint_dir, &notes);
+  });
+  for (const auto& n : notes) std::fprintf(stderr, "mnist_ddp: warning: %s\n", n.c_str());
+  return lock;
 }
 
 void announce(const Placement& where, int rank) {

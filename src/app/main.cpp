@@ -8,6 +8,7 @@
 #include "mnist_ddp/app/job.hpp"
 #include "mnist_ddp/app/resume.hpp"
 #include "mnist_ddp/app/trace_output.hpp"
+#include "mnist_ddp/checkpoint/dir_lock.hpp"
 #include "mnist_ddp/dist/ddp.hpp"
 #include "mnist_ddp/model/model.hpp"
 #include "mnist_ddp/runtime/check.hpp"
@@ -27,6 +28,7 @@ int run(int argc, char** argv, int rank, int world, const MpiLocality& locality,
   Config cfg;
   if (!configure(comms.control(), *id, argc, argv, cfg)) return kExitOk;
   comms.start_watchdog(cfg, rank, host);
+  const std::unique_ptr<DirLock> lock = lock_checkpoint_dir(comms.control(), cfg);  // collective
   const Placement where = place(comms.control(), cfg, *id, host);
   if (cfg.print_env) return print_env(*id, where, host);
   if (cfg.verify_checkpoints) return verify_checkpoint_dir(comms.control(), cfg.checkpoint_dir);
@@ -49,6 +51,7 @@ int run(int argc, char** argv, int rank, int world, const MpiLocality& locality,
   const std::int64_t step =
       restore_start_state(comms.control(), cfg, data, *ops, model, trainer, *log);
   if (cfg.eval_only) return evaluate_only(comms.control(), trainer, data, step, *log);
+  check_checkpoint_names(comms.control(), cfg, trainer);  // collective: another run's files
   const TraceFile trace = trace_file(tracer, cfg, step, trainer.total_steps(), where.ranks, world);
   return train_and_report(comms.control(), cfg, trainer, data, *log,
                           cfg.trace.empty() ? nullptr : &trace);

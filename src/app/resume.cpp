@@ -52,6 +52,24 @@ void warn_about_input(const InputRecord& in, const std::string& path, const Data
   }
 }
 
+void check_checkpoint_names(Comm& control, const Config& cfg, const Trainer& trainer) {
+  run_agreed(control, [&] {
+    if (control.rank() != 0) return;
+    const auto in_the_way =
+        checkpoints_in_the_way(cfg.checkpoint_dir, trainer.run_id(), trainer.step());
+    if (in_the_way.empty()) return;
+    std::string listed;
+    for (std::size_t i = 0; i < in_the_way.size() && i < 4; ++i)
+      listed += (i ? ", " : "") + in_the_way[i];
+    if (in_the_way.size() > 4) listed += fmt::format(", and {} more", in_the_way.size() - 4);
+    throw UserError(fmt::format(
+        "--checkpoint-dir {} holds {} checkpoint(s) of another run that this run (run id {}, "
+        "from step {}) would overwrite: {}. To continue that run pass --resume auto; to keep "
+        "both, pass another --checkpoint-dir (or move those files away)",
+        cfg.checkpoint_dir, in_the_way.size(), trainer.run_id(), trainer.step(), listed));
+  });
+}
+
 void warn_about_changed_settings(const std::string& stored_json, const Config& cfg,
                                  const std::function<void(const std::string&)>& warn) {
   const nlohmann::json stored = nlohmann::json::parse(stored_json, nullptr, false);

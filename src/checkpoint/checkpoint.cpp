@@ -480,6 +480,7 @@ void write_file(const std::string& tmp, const TrainingState& s, const Checkpoint
   attr_str(f, "program_version", s.program_version);
   attr_str(f, "config", s.config_json);
   attr_str(f, "created", iso_now());
+  if (!s.run_id.empty()) attr_str(f, "run_id", s.run_id);
   {
     H5Handle g(HDF5_CHECK(H5Gcreate2(f, "model", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)), H5Gclose);
     for (const auto& e : layout.params)
@@ -611,6 +612,40 @@ std::string save_checkpoint(const std::string& dir, const TrainingState& s,
   return final_path;
 }
 
+namespace {
+// The file opened read-only, or -1 (HDF5's error stack cleared) when it is not HDF5 or will not
+// open. For the quiet questions asked of a file (who wrote it, what it holds).
+hid_t open_quietly(const std::string& path) {
+  const hid_t fid = H5Fis_hdf5(path.c_str()) > 0
+                        ? H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT)
+                        : static_cast<hid_t>(-1);
+  if (fid < 0) H5Eclear2(H5E_DEFAULT);
+  return fid;
+}
+}  // namespace
+
+CheckpointOwner checkpoint_owner(const std::string& path) {
+  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+  CheckpointOwner o;
+  try {
+    verify_file_crc(path);  // before HDF5 parses a byte of it
+    const hid_t fid = open_quietly(path);
+    if (fid < 0) return o;
+    H5Handle file(fid, H5Fclose);
+    if (!has_attr(file.get(), "format") || read_str(file.get(), "format") != kCheckpointFormat)
+      return o;
+    o.run_id = has_attr(file.get(), "run_id") ? read_str(file.get(), "run_id") : "";
+    o.readable = true;
+  } catch (const UserError&) {
+  } catch (const Hdf5Error&) {
+  }
+  return o;
+}
+
+std::string checkpoint_run_id(const std::string& path) {
+  return checkpoint_owner(path).run_id;
+}
+
 void refresh_file_crc(const std::string& path) {
   stamp_file_crc(path);
 }
@@ -721,6 +756,7 @@ TrainingState load_checkpoint(const std::string& path, const CheckpointLayout& l
     s.seed = read_u64(f, "seed");
     s.program_version = read_str(f, "program_version");
     s.config_json = read_str(f, "config");
+    if (has_attr(f, "run_id")) s.run_id = read_str(f, "run_id");
     const std::size_t np = layout.params.back().offset + layout.params.back().numel;
     const std::size_t nb = layout.buffers.back().offset + layout.buffers.back().numel;
     s.params.resize(np);
@@ -794,15 +830,8 @@ std::uint32_t weights_crc(const ModelWeights& w, const CheckpointLayout& layout)
 }
 
 bool is_weights_only(const std::string& path) {
-  if (H5Fis_hdf5(path.c_str()) <= 0) {
-    H5Eclear2(H5E_DEFAULT);
-    return false;
-  }
-  const hid_t fid = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
-  if (fid < 0) {
-    H5Eclear2(H5E_DEFAULT);
-    return false;
-  }
+  const hid_t fid = open_quietly(path);
+  if (fid < 0) return false;
   H5Handle file(fid, H5Fclose);
   try {
     return has_attr(fid, "contents") && read_str(fid, "contents") == "weights";

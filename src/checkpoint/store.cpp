@@ -11,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <random>
 
 #include "mnist_ddp/runtime/check.hpp"
 
@@ -42,6 +43,12 @@ void fsync_path(const std::string& path, bool directory) {
 
 std::string checkpoint_name(std::int64_t step) {
   return fmt::format("ckpt-{:08d}.h5", step);
+}
+
+std::string new_run_id() {
+  std::random_device rd;
+  const std::uint64_t v = (static_cast<std::uint64_t>(rd()) << 32) ^ rd();
+  return fmt::format("{:016x}", v);
 }
 
 void prepare_checkpoint_dir(const std::string& dir) {
@@ -130,12 +137,45 @@ std::optional<std::pair<std::string, TrainingState>> find_resume_checkpoint(
                   files.size(), dir));
 }
 
-void prune_checkpoints(const std::string& dir, int keep) {
-  const auto files = list_checkpoints(dir);
+namespace {
+std::string owner_text(const std::string& id) {
+  return id.empty() ? "no run id" : "run id " + id;
+}
+}  // namespace
+
+Retention prune_checkpoints(const std::string& dir, int keep, const std::string& run_id) {
+  Retention r;
   std::error_code ec;
-  for (std::size_t i = static_cast<std::size_t>(std::max(keep, 1)); i < files.size(); ++i) {
-    fs::remove(files[i], ec);
+  int kept = 0;
+  for (const auto& path : list_checkpoints(dir)) {  // newest first
+    const CheckpointOwner owner = checkpoint_owner(path);
+    if (run_id.empty() || !owner.readable || owner.run_id != run_id) {
+      r.foreign.push_back(
+          fmt::format("{} ({})", path, owner.readable ? owner_text(owner.run_id) : "unreadable"));
+      continue;
+    }
+    if (++kept <= std::max(keep, 1)) continue;
+    if (fs::remove(path, ec)) r.deleted.push_back(path);
   }
+  return r;
+}
+
+std::vector<std::string> checkpoints_in_the_way(const std::string& dir, const std::string& run_id,
+                                                std::int64_t start_step) {
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    std::int64_t step = 0;
+    const std::string name = entry.path().filename().string();
+    if (!parse_step(name, &step) || step <= start_step) continue;
+    const CheckpointOwner owner = checkpoint_owner(entry.path().string());
+    // A damaged file (resume already skipped it, saying so) holds nothing that loads: writing that
+    // step replaces it, as before run ids.
+    if (!owner.readable || (!run_id.empty() && owner.run_id == run_id)) continue;
+    out.push_back(fmt::format("{} ({})", name, owner_text(owner.run_id)));
+  }
+  std::sort(out.begin(), out.end());
+  return out;
 }
 
 }  // namespace mnist_ddp

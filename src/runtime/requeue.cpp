@@ -71,6 +71,9 @@ std::string roll_preemption_checkpoint(const std::string& dir, const std::string
   const auto at_new = std::find(files.begin(), files.end(), path);
   const auto at_old = std::find(files.begin(), files.end(), previous);
   if (at_new == files.end() || at_old == files.end() || at_old < at_new) return {};
+  // And only one of the same lineage (a directory shared with another run by hand).
+  const std::string owner = checkpoint_run_id(previous);
+  if (owner.empty() || owner != checkpoint_run_id(path)) return {};
   fs::remove(previous, ec);
   return ec ? std::string{} : previous;
 }

@@ -120,7 +120,8 @@ Trainer::Trainer(const Config& cfg, Comm& comm, Comm& data_comm, Ops& ops, ConvN
       log_(log),
       report_(cfg, log),
       sgd_(ops, model.params().size(), sgd_params(cfg)),
-      layout_(checkpoint_layout(model)) {
+      layout_(checkpoint_layout(model)),
+      run_id_(new_run_id()) {
   const DistributedSampler probe(data.train.count, comm.rank(), comm.size(), cfg.shuffle, cfg.seed,
                                  cfg.drop_last);
   const std::int64_t per_step = static_cast<std::int64_t>(cfg.batch_size) * cfg.accumulate;
@@ -432,6 +433,9 @@ void Trainer::resume_from(const TrainingState& s) {
   epoch_ = s.epoch;
   offset_ = s.sample_offset;
   last_checkpoint_step_ = s.step;
+  // The lineage continues; a checkpoint of a version without run ids starts a new one (its own
+  // files then count as another run's: --keep leaves them alone).
+  if (!s.run_id.empty()) run_id_ = s.run_id;
   if (scaler_ && s.loss_scale > 0) {
     scaler_->set_state(LossScalerState{static_cast<float>(s.loss_scale),
                                        static_cast<std::int32_t>(s.loss_scale_growth_tracker)});
@@ -471,6 +475,7 @@ TrainingState Trainer::state() const {
   s.seed = cfg_.seed;
   s.config_json = config_json(cfg_);
   s.program_version = kVersion;
+  s.run_id = run_id_;
   // What the model was trained on and exactly how its input was made (the floats gather uses).
   s.input.recorded = true;
   s.input.name = data_.name;
@@ -556,7 +561,15 @@ void Trainer::checkpoint(const char* why, bool preemption) {
       const std::string replaced = roll_preemption_checkpoint(cfg_.checkpoint_dir, path);
       if (!replaced.empty()) log_.info("preemption checkpoint replaces " + replaced);
     }
-    prune_checkpoints(cfg_.checkpoint_dir, cfg_.keep);
+    // Retention within this run's lineage only: another run's files are never deleted.
+    const Retention kept = prune_checkpoints(cfg_.checkpoint_dir, cfg_.keep, run_id_);
+    if (!kept.foreign.empty() && !foreign_reported_) {
+      foreign_reported_ = true;
+      log_.info(fmt::format(
+          "checkpoints: {} file(s) in {} belong to another run or an older mnist_ddp (e.g. {}): "
+          "--keep {} counts and deletes only this run's (run id {})",
+          kept.foreign.size(), cfg_.checkpoint_dir, kept.foreign.front(), cfg_.keep, run_id_));
+    }
   });
   last_checkpoint_step_ = step_;
   if (comm_.rank() == 0) {

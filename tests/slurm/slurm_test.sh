@@ -2,7 +2,8 @@
 # slurm_test.sh — the Slurm workflows against a real Slurm started here (cluster.sh: munged,
 # slurmctld, two slurmd "node1"/"node2" of 4 CPUs): `sbatch slurm/train_2x4.sh` (8 ranks on 2
 # nodes, expected accuracy), the CPU-partition script, mpirun inside an allocation, an
-# `salloc` + `srun` session, and srun without PMI caught by mnist_ddp's launcher check. Needs root
+# `salloc` + `srun` session, srun without PMI caught by mnist_ddp's launcher check, preemption,
+# failures and restarts, and many jobs side by side (a job array, one script submitted twice). Needs root
 # (the daemons); every daemon started is stopped by its PID at exit. `make test-slurm`; part of
 # `make test` when run as root.
 source "$(dirname "$0")/../e2e/lib.sh"
@@ -258,4 +259,47 @@ else
   fail "restart_bad_input state=$STATE" "$(tail -n 8 "$OUT")"
 fi
 unset MNIST_DDP_CKPT MNIST_DDP_LOGS
+
+# 9. Many jobs side by side: an array of 3 tasks (slurm/sweep_lr.sh), each its own run folder
+# under $MNIST_DDP_RUNS, then one table over the sweep; and the same script submitted twice
+# (no MNIST_DDP_CKPT), each job training in its own folder rather than resuming the other's.
+export MNIST_DDP_RUNS="$TMP/runs"
+SMALL="$(small_data)"
+OUT="$TMP/sweep.out"
+id=$(sbatch --parsable -o "$TMP/sweep-%a.out" slurm/sweep_lr.sh --data "$SMALL" --epochs 1 --max-steps 20 --log-every 5 --progress off)
+states=""
+for t in 0 1 2; do states+="$(job_wait "${id}_$t" 300) "; done
+dirs=$(cd "$TMP/runs" 2>/dev/null && ls -d mnist_ddp_sweep-"${id}"_* | tr '\n' ' ')
+table=$("$REPO/tools/compare_runs" "$TMP"/runs/mnist_ddp_sweep-"${id}"_* --sort lr 2>&1)
+why=""
+[[ "$states" == "COMPLETED COMPLETED COMPLETED " ]] || why+=" states:$states"
+[[ "$dirs" == "mnist_ddp_sweep-${id}_0 mnist_ddp_sweep-${id}_1 mnist_ddp_sweep-${id}_2 " ]] || why+=" dirs:$dirs"
+for t in 0 1 2; do
+  d="$TMP/runs/mnist_ddp_sweep-${id}_$t"
+  [[ -f "$d/checkpoints/ckpt-00000020.h5" && -f "$d/logs/metrics.jsonl" ]] || why+=" task-$t-files"
+  grep -q "resume: no checkpoint in $d/checkpoints, starting fresh" "$TMP/sweep-$t.out" || why+=" task-$t-not-fresh"
+done
+for lr in 0.01 0.03 0.1; do
+  grep -qE "^mnist_ddp_sweep-${id}_[0-2] +$lr +[0-9.]+% .* 20 +finished$" <<<"$table" || why+=" no-row-lr-$lr"
+done
+if [[ -z $why ]]; then
+  pass "job_array_of_3_tasks_each_in_its_own_folder_and_one_table ($(grep -c finished <<<"$table") finished; $(head -n 1 <<<"$table" | tr -s ' ' | cut -c1-60))"
+else
+  fail "job_array:$why" "$table" "$(tail -n 5 "$TMP"/sweep-*.out)"
+fi
+ids=()
+for n in 1 2; do
+  ids+=("$(sbatch --parsable -o "$TMP/twice-$n.out" slurm/train_cpu_2x4.sh --data "$SMALL" --epochs 1 --max-steps 5 --progress off)")
+done
+st1=$(job_wait "${ids[0]}" 300) st2=$(job_wait "${ids[1]}" 300)
+if [[ "$st1 $st2" == "COMPLETED COMPLETED" ]] &&
+   grep -q "^done: 5 steps" "$TMP/twice-1.out" && grep -q "^done: 5 steps" "$TMP/twice-2.out" &&
+   grep -q "starting fresh" "$TMP/twice-2.out" &&
+   [[ -f "$TMP/runs/mnist_ddp_cpu-${ids[0]}/checkpoints/ckpt-00000005.h5" &&
+      -f "$TMP/runs/mnist_ddp_cpu-${ids[1]}/checkpoints/ckpt-00000005.h5" ]]; then
+  pass "the_same_script_submitted_twice_trains_twice_in_two_folders (jobs ${ids[*]})"
+else
+  fail "submitted_twice $st1/$st2" "$(tail -n 4 "$TMP"/twice-*.out)" "$(ls -R "$TMP/runs" | head -20)"
+fi
+unset MNIST_DDP_RUNS
 finish

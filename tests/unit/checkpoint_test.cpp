@@ -44,9 +44,11 @@ class CheckpointTest : public ::testing::Test {
   }
   void TearDown() override { fs::remove_all(dir_); }
 
-  TrainingState state(std::int64_t step, std::uint64_t seed = 1) {
+  TrainingState state(std::int64_t step, std::uint64_t seed = 1,
+                      const std::string& run_id = "00000000run00001") {
     TrainingState s;
     SplitMix64 r(seed + static_cast<std::uint64_t>(step));
+    s.run_id = run_id;
     s.step = step;
     s.epoch = 3;
     s.sample_offset = 1234;
@@ -131,6 +133,8 @@ TEST_F(CheckpointTest, RoundTripEveryDatasetAndAttribute) {
   EXPECT_EQ(t.world_size, 4);
   EXPECT_EQ(t.seed, 77u);
   EXPECT_EQ(t.config_json, s.config_json);
+  EXPECT_EQ(t.run_id, "00000000run00001");
+  EXPECT_EQ(checkpoint_run_id(path), "00000000run00001");
   EXPECT_EQ(t.optimizer_steps, 42);
   EXPECT_EQ(t.lr_schedule, "cosine");
   EXPECT_EQ(t.base_lr, 0.1);
@@ -553,13 +557,61 @@ TEST_F(CheckpointTest, ResumeFallsBackToThePreviousFile) {
 TEST_F(CheckpointTest, KeepsTheNewestKAndIgnoresTemporaries) {
   for (int s : {1, 2, 3, 4, 5}) save_checkpoint(dir_.string(), state(s), layout_);
   std::ofstream(dir_ / ".ckpt-00000006.h5.tmp-1") << "partial";
-  prune_checkpoints(dir_.string(), 2);
+  const Retention r = prune_checkpoints(dir_.string(), 2, "00000000run00001");
+  EXPECT_EQ(r.deleted.size(), 3u);
+  EXPECT_TRUE(r.foreign.empty());
   const auto left = list_checkpoints(dir_.string());
   ASSERT_EQ(left.size(), 2u);
   EXPECT_EQ(fs::path(left[0]).filename(), "ckpt-00000005.h5");
   EXPECT_EQ(fs::path(left[1]).filename(), "ckpt-00000004.h5");
   prepare_checkpoint_dir(dir_.string());  // a new run removes the dead temporary
   EXPECT_FALSE(fs::exists(dir_ / ".ckpt-00000006.h5.tmp-1"));
+}
+
+// --keep counts and deletes only its own lineage: another run's files (another run id), an older
+// version's (no run id) and an unreadable one are neither deleted nor counted.
+TEST_F(CheckpointTest, RetentionNeverDeletesAnotherRunsCheckpoint) {
+  const std::string mine = "aaaaaaaaaaaaaaaa", theirs = "bbbbbbbbbbbbbbbb";
+  for (int s : {1, 2, 3}) save_checkpoint(dir_.string(), state(s, 1, theirs), layout_);
+  save_checkpoint(dir_.string(), state(4, 1, ""), layout_);  // an older mnist_ddp: no run id
+  for (int s : {5, 6, 7, 8}) save_checkpoint(dir_.string(), state(s, 1, mine), layout_);
+  std::ofstream(dir_ / "ckpt-00000009.h5") << "not a checkpoint";  // owner unknown
+  EXPECT_EQ(checkpoint_run_id((dir_ / "ckpt-00000002.h5").string()), theirs);
+  EXPECT_EQ(checkpoint_run_id((dir_ / "ckpt-00000004.h5").string()), "");
+  const Retention r = prune_checkpoints(dir_.string(), 1, mine);
+  ASSERT_EQ(r.deleted.size(), 3u);  // 7, 6, 5: only this lineage's older ones
+  EXPECT_EQ(fs::path(r.deleted[0]).filename(), "ckpt-00000007.h5");
+  ASSERT_EQ(r.foreign.size(), 5u);  // 9 (unreadable), 4 (no run id), 3, 2, 1 (theirs)
+  EXPECT_NE(r.foreign[0].find("(unreadable)"), std::string::npos) << r.foreign[0];
+  EXPECT_NE(r.foreign[1].find("(no run id)"), std::string::npos) << r.foreign[1];
+  std::vector<std::string> left;
+  for (const auto& p : list_checkpoints(dir_.string())) left.push_back(fs::path(p).filename());
+  EXPECT_EQ(left,
+            (std::vector<std::string>{"ckpt-00000009.h5", "ckpt-00000008.h5", "ckpt-00000004.h5",
+                                      "ckpt-00000003.h5", "ckpt-00000002.h5", "ckpt-00000001.h5"}));
+  for (const char* f : {"ckpt-00000001.h5", "ckpt-00000002.h5", "ckpt-00000003.h5"})
+    EXPECT_EQ(load_checkpoint((dir_ / f).string(), layout_).run_id, theirs) << f;
+  // A run id nobody wrote deletes nothing.
+  EXPECT_TRUE(prune_checkpoints(dir_.string(), 1, "cccccccccccccccc").deleted.empty());
+}
+
+// The names a run will write (later steps) must not be another run's: a fresh run (step 0) is in
+// the way of every foreign file; a resumed run only of foreign files after its step.
+TEST_F(CheckpointTest, CheckpointsInTheWayOfARunAreAnotherRunsLaterSteps) {
+  const std::string mine = "aaaaaaaaaaaaaaaa", theirs = "bbbbbbbbbbbbbbbb";
+  save_checkpoint(dir_.string(), state(10, 1, theirs), layout_);
+  save_checkpoint(dir_.string(), state(20, 1, ""), layout_);
+  save_checkpoint(dir_.string(), state(30, 1, mine), layout_);
+  std::ofstream(dir_ / "ckpt-00000040.h5") << "damaged";  // nothing loads: not in the way
+  EXPECT_EQ(checkpoints_in_the_way(dir_.string(), mine, 0),
+            (std::vector<std::string>{"ckpt-00000010.h5 (run id bbbbbbbbbbbbbbbb)",
+                                      "ckpt-00000020.h5 (no run id)"}));
+  EXPECT_EQ(checkpoints_in_the_way(dir_.string(), mine, 15),
+            (std::vector<std::string>{"ckpt-00000020.h5 (no run id)"}));
+  EXPECT_TRUE(checkpoints_in_the_way(dir_.string(), mine, 20).empty());
+  EXPECT_EQ(checkpoints_in_the_way(dir_.string(), theirs, 10).size(), 2u);  // 20 and mine at 30
+  EXPECT_FALSE(checkpoint_owner((dir_ / "ckpt-00000040.h5").string()).readable);
+  EXPECT_TRUE(checkpoint_owner((dir_ / "ckpt-00000020.h5").string()).readable);
 }
 
 TEST_F(CheckpointTest, PreemptionCheckpointRollsAndNeverDeletesAnythingElse) {
@@ -587,6 +639,12 @@ TEST_F(CheckpointTest, PreemptionCheckpointRollsAndNeverDeletesAnythingElse) {
   std::ofstream(dir_ / ".preempt-4242", std::ios::trunc) << c << "\n";
   EXPECT_EQ(roll_preemption_checkpoint(dir_.string(), d), "");
   EXPECT_TRUE(fs::exists(c));
+  // Nor one of another lineage (a directory shared by hand), even when the record names it.
+  const std::string e = save_checkpoint(dir_.string(), state(11, 1, "bbbbbbbbbbbbbbbb"), layout_);
+  const std::string f = save_checkpoint(dir_.string(), state(12), layout_);
+  std::ofstream(dir_ / ".preempt-4242", std::ios::trunc) << e << "\n";
+  EXPECT_EQ(roll_preemption_checkpoint(dir_.string(), f), "");
+  EXPECT_TRUE(fs::exists(e));
   fs::remove(outside);
   unsetenv("SLURM_JOB_ID");
 }

@@ -21,6 +21,7 @@ namespace mnist_ddp {
 
 class Communicators;
 class ConvNet;
+class DirLock;
 class Ops;
 
 // Before MPI_Init: HDF5's exit-time cleanup off (it would try to close a checkpoint whose write
@@ -45,6 +46,12 @@ std::optional<Identity> identify(int rank, int world, const MpiLocality& localit
 // Collective (agreement): the command line, and the requeue signal's handler. False when the run
 // ends here (--help, --version).
 bool configure(Comm& control, const Identity& id, int argc, char** argv, Config& cfg);
+
+// Collective (agreement): a run that will write checkpoints takes its directory's lock (rank 0
+// holds it; dir_lock.hpp) before it touches anything, and keeps it until the returned object goes
+// (the end of run()). A held directory is one error naming the holder: every rank exits 2.
+// --eval-only, --verify-checkpoints and --print-env only read: nullptr.
+std::unique_ptr<DirLock> lock_checkpoint_dir(Comm& control, const Config& cfg);
 
 // Where this rank runs and with how many compute threads.
 struct Placement {

@@ -25,6 +25,11 @@ class Trainer;
 std::int64_t restore_start_state(Comm& control, const Config& cfg, DataSplit& data, Ops& ops,
                                  ConvNet& model, Trainer& trainer, Logger& log);
 
+// Collective (agreement), after the start state: no checkpoint of another run (another run id, or
+// none: an older mnist_ddp) sits in --checkpoint-dir under a name this run will write (a later
+// step): writing it would replace that run's file. One error naming the files and the fix.
+void check_checkpoint_names(Comm& control, const Config& cfg, const Trainer& trainer);
+
 // What a checkpoint says about its input, against this run's data (rank 0): a version-1 file does
 // not record it; another training set (labels crc32) is worth a word before training on.
 void warn_about_input(const InputRecord& in, const std::string& path, const DataSplit& data,

@@ -6,7 +6,9 @@
 // Schema (format "mnist_ddp-checkpoint", version 2; documented with h5dump in the README):
 //   /                 attrs: format, format_version, model, step, epoch, sample_offset,
 //                     world_size, seed, program_version, config (JSON), created, payload_crc32,
-//                     complete (written last)
+//                     run_id (the lineage: made when a run starts fresh, kept across resumes;
+//                     absent in files of older versions, covered by the file CRC), complete
+//                     (written last)
 //   /model/<key>      float32 PyTorch shapes; num_batches_tracked int64 scalars
 //   /optimizer/momentum_buffer/<key>   float32, same keys and shapes as the parameters
 //   /optimizer        attrs: step_count, lr_schedule, base_lr, last_lr, momentum, dampening,
@@ -61,8 +63,9 @@ struct TrainingState {
   std::uint64_t seed = 0;
   std::string config_json;
   std::string program_version;
-  std::vector<float> params;                      // model parameter arena (PyTorch layout)
-  std::vector<float> buffers;                     // BN running statistics arena
+  std::string run_id;          // the lineage ("" in files of versions before it existed)
+  std::vector<float> params;   // model parameter arena (PyTorch layout)
+  std::vector<float> buffers;  // BN running statistics arena
   std::vector<std::int64_t> num_batches_tracked;  // per BN layer
   std::vector<float> momentum;                    // SGD momentum buffers, same layout as params
   std::int64_t optimizer_steps = 0;
@@ -125,6 +128,17 @@ std::uint32_t payload_crc32(const TrainingState& state);
 // The model of a full or weights-only checkpoint, validated (shapes, Fletcher32, the file's CRC).
 // UserError naming the file and the problem otherwise.
 ModelWeights load_model_weights(const std::string& path, const CheckpointLayout& layout);
+
+// Who wrote a checkpoint, read after its file CRC checks out. readable false: damaged or not a
+// checkpoint (its owner cannot be known: --keep never deletes it, and resume skips it). run_id ""
+// in a readable file: written before run ids existed (or a weights-only file).
+struct CheckpointOwner {
+  bool readable = false;
+  std::string run_id;
+};
+CheckpointOwner checkpoint_owner(const std::string& path);
+// checkpoint_owner(path).run_id.
+std::string checkpoint_run_id(const std::string& path);
 
 // Recomputes the file CRC in a checkpoint's first 512 bytes (an HDF5 user block: "mnist_ddp-
 // file-crc32 XXXXXXXX size N", the CRC32 of every later byte, checked before HDF5 parses the

@@ -16,6 +16,10 @@ namespace mnist_ddp {
 // "ckpt-00001200.h5" for step 1200.
 std::string checkpoint_name(std::int64_t step);
 
+// A new lineage's run id: 16 hex digits from the system's random source (a fresh run makes one;
+// resumed runs keep their checkpoint's).
+std::string new_run_id();
+
 // Creates dir if needed and proves it writable (create, fsync, remove a probe file). UserError
 // naming the directory and the fix otherwise. Also removes temporaries a crashed writer left.
 void prepare_checkpoint_dir(const std::string& dir);
@@ -42,7 +46,20 @@ struct CheckpointVerdict {
 std::vector<CheckpointVerdict> verify_checkpoints(const std::string& dir,
                                                   const CheckpointLayout& layout);
 
-// Deletes all but the newest `keep` checkpoints.
-void prune_checkpoints(const std::string& dir, int keep);
+// keep-last-K retention within one lineage: deletes all but the newest `keep` checkpoints whose
+// run id is `run_id`. A checkpoint of another run, of an older mnist_ddp (no run id) or whose
+// owner cannot be read is never deleted and never counted: it is listed in `foreign`.
+struct Retention {
+  std::vector<std::string> deleted;
+  std::vector<std::string> foreign;  // "PATH (run id X)" or "PATH (no run id)"
+};
+Retention prune_checkpoints(const std::string& dir, int keep, const std::string& run_id);
+
+// The checkpoints of dir that a run of lineage `run_id` whose next checkpoint is after
+// `start_step` could overwrite (same file name: another lineage's, or one without a run id, at a
+// later step), as "ckpt-00000600.h5 (run id X)". A damaged file (nothing in it loads) is not in
+// the way. Empty when the run can write safely.
+std::vector<std::string> checkpoints_in_the_way(const std::string& dir, const std::string& run_id,
+                                                std::int64_t start_step);
 
 }  // namespace mnist_ddp

@@ -96,6 +96,10 @@ class Trainer {
   EvalResult evaluate();
   // The state a checkpoint holds now (rank 0's view; identical on every rank but BN buffers).
   TrainingState state() const;
+  // The step counter (the checkpoint's step after resume_from) and the lineage the checkpoints
+  // carry: new for a fresh run, the checkpoint's when resumed (rank 0's is the one written).
+  std::int64_t step() const { return step_; }
+  const std::string& run_id() const { return run_id_; }
 
  private:
   // One optimizer step over micro-batches of these sizes at offset_ (one without --accumulate):
@@ -168,10 +172,12 @@ class Trainer {
   std::int64_t offset_ = 0;  // samples of epoch_ this rank has consumed
   std::int64_t last_checkpoint_step_ = -1;
   std::string last_checkpoint_;
-  Stopwatch clock_;           // training time of this run (no evaluation, no checkpoints)
-  StepPhases phases_;         // where each step's time goes (the epoch's medians)
-  bool time_phases_ = false;  // host clocks time the step: the CPU backend
-  std::int64_t images_ = 0;   // global training images of this run
+  std::string run_id_;             // the lineage (new_run_id(), or the resumed checkpoint's)
+  bool foreign_reported_ = false;  // checkpoints of other runs in the directory: said once
+  Stopwatch clock_;                // training time of this run (no evaluation, no checkpoints)
+  StepPhases phases_;              // where each step's time goes (the epoch's medians)
+  bool time_phases_ = false;       // host clocks time the step: the CPU backend
+  std::int64_t images_ = 0;        // global training images of this run
   std::chrono::steady_clock::time_point last_progress_{};  // the last progress line
   double window_loss_ = 0;
   std::int64_t window_images_ = 0;

@@ -1,0 +1,95 @@
+// dir_lock.hpp — one writer per checkpoint directory. A run that writes checkpoints holds
+// DIR/.mnist_ddp.lock from before training until it exits: an fcntl write lock (the operating
+// system's, which NFS v3 (lockd) and v4 carry across hosts and Lustre carries when mounted with
+// -o flock) plus a holder record in the file (host, pid, Slurm job) whose mtime the holder touches
+// every kLockHeartbeatSeconds. A second run aimed at a held directory is refused before it touches
+// anything. A holder that died never blocks a restart: its OS lock went with its process, and the
+// record alone is trusted only while its heartbeat is fresh (decide_lock holds the whole rule).
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace mnist_ddp {
+
+inline constexpr const char* kLockFileName = ".mnist_ddp.lock";
+inline constexpr double kLockHeartbeatSeconds = 15;
+// A record whose heartbeat is older than this belongs to a holder that is gone (8 missed beats).
+inline constexpr double kLockStaleSeconds = 120;
+// A holder of the same Slurm job (a requeued or restarted job whose old processes are still
+// finishing) is waited for this long before the directory counts as held.
+inline constexpr double kLockSameJobWaitSeconds = 60;
+
+// Who holds (or wants) the directory. job: "JOBID" or "ARRAYJOB_TASK" under Slurm, else "".
+struct LockHolder {
+  std::string state;  // "held" or "released"
+  std::string host;
+  long pid = 0;
+  std::string job;
+  std::string started;           // ISO 8601 UTC
+  double heartbeat_age_s = 0;    // now minus the file's mtime, when read
+  std::string describe() const;  // "host node7 pid 4242 (Slurm job 1234), heartbeat 3 s ago"
+};
+
+// What the fcntl lock said.
+enum class OsLock { Acquired, HeldElsewhere, Unsupported };
+
+enum class LockAction { Take, Wait, Refuse };
+struct LockDecision {
+  LockAction action = LockAction::Take;
+  bool os_lock = true;  // whether the taker holds the OS lock (false: the record alone)
+  std::string note;     // said when taking over a holder that did not release, or why refused
+};
+
+// The rule, as a pure function (unit-tested over every branch):
+// - OS lock acquired: a record that is released, or of this host (its process is gone: its lock
+//   went with it), or of this Slurm job, or stale, is taken over; a fresh record of another host
+//   means this file system's locks do not reach that host (NFS mounted nolock, Lustre localflock):
+//   refused.
+// - OS lock held by a live process: refused, except a holder of this same Slurm job (a requeued or
+//   restarted job): waited for (kLockSameJobWaitSeconds), and taken over without the OS lock once
+//   its heartbeat is stale (its node was lost and the server kept the lock).
+// - No OS locks on this file system: the record alone, with the same host's pid checked for life.
+// pid_alive: whether the record's pid runs on this host (only asked for a same-host record).
+LockDecision decide_lock(OsLock os, const std::optional<LockHolder>& record, const LockHolder& me,
+                         bool pid_alive);
+
+// The holder of a directory's lock; the destructor (end of the run, or an error unwinding it)
+// marks the record released and unlocks. Rank 0 only.
+class DirLock {
+ public:
+  // Takes the lock on dir (created if needed). Throws UserError (exit 2) naming the directory, the
+  // holder and the fix when it is held. `notes` receives what a user should read (a holder that
+  // did not release, a file system without locks).
+  static std::unique_ptr<DirLock> acquire(const std::string& dir, std::vector<std::string>* notes);
+  ~DirLock();
+  DirLock(const DirLock&) = delete;
+  DirLock& operator=(const DirLock&) = delete;
+
+  const std::string& path() const { return path_; }
+
+ private:
+  DirLock(std::string path, int fd);
+  void heartbeat_loop();
+
+  std::string path_;
+  int fd_ = -1;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  bool stop_ = false;
+  std::thread heartbeat_;
+};
+
+// Who this process is, as a lock record would say (host, pid, Slurm job, now).
+LockHolder this_process_as_holder();
+
+// The record in dir's lock file, if there is one that parses (for tools and tests).
+std::optional<LockHolder> read_lock_record(const std::string& dir);
+
+}  // namespace mnist_ddp
