@@ -111,6 +111,9 @@ UNIT_BIN := $(BUILD)/tests/unit_tests
 MPI_TEST_BIN := $(BUILD)/tests/mpi_tests
 BENCH_BIN := $(BUILD)/bench/ops_bench
 COMM_BENCH_BIN := $(BUILD)/bench/comm_bench
+GPU_OPS_BENCH_BIN := $(BUILD)/bench/gpu_ops_bench
+# cuDNN's algorithms timed per convolution: a CUDA program, built with the CUDA backend only.
+GPU_CONV_ALGOS_BIN := $(if $(filter 1,$(USE_CUDA)),$(BUILD)/bench/gpu_conv_algos)
 
 .PHONY: lib-objs sanitize-build fuzz-build all summary test test-only test-unit test-mpi test-e2e test-slurm test-sanitize test-chaos fuzz bench bench-only run deps data clean format help bundle
 all: summary $(BIN)
@@ -155,6 +158,12 @@ $(BENCH_BIN): $(BENCH_OBJS) $(LIB_OBJS)
 $(COMM_BENCH_BIN): $(BUILD)/bench/comm_bench.o $(LIB_OBJS)
 	$(CXX) $(CXXFLAGS) -o $@ $^ -lbenchmark $(LDLIBS)
 
+$(GPU_OPS_BENCH_BIN): $(BUILD)/bench/gpu_ops_bench.o $(LIB_OBJS)
+	$(CXX) $(CXXFLAGS) -o $@ $^ -lbenchmark $(LDLIBS)
+
+$(BUILD)/bench/gpu_conv_algos: $(BUILD)/bench/gpu_conv_algos.o $(LIB_OBJS)
+	$(CXX) $(CXXFLAGS) -o $@ $^ $(LDLIBS)
+
 # ---- user-facing targets ----------------------------------------------------------------------
 # deps/run/test install what they need first, then re-enter make so library detection sees it.
 deps:
@@ -187,7 +196,7 @@ test:
 
 # The suites start their own makes as a user would (readme_test's `make run`): outside this
 # build's job server, whose -j they would otherwise inherit without its file descriptors.
-test-only: all $(UNIT_BIN) $(MPI_TEST_BIN) $(BENCH_BIN) $(COMM_BENCH_BIN)
+test-only: all $(UNIT_BIN) $(MPI_TEST_BIN) $(BENCH_BIN) $(COMM_BENCH_BIN) $(GPU_OPS_BENCH_BIN) $(GPU_CONV_ALGOS_BIN)
 	@MAKEFLAGS= MFLAGS= tests/run_tests.sh
 
 # One layer of the suite; FILTER= narrows it (a GoogleTest filter for unit/mpi, a name pattern for
@@ -196,7 +205,7 @@ test-unit: all $(UNIT_BIN)
 	@tests/run_tests.sh unit
 test-mpi: all $(MPI_TEST_BIN)
 	@tests/run_tests.sh mpi
-test-e2e: all $(BENCH_BIN) $(COMM_BENCH_BIN)
+test-e2e: all $(BENCH_BIN) $(COMM_BENCH_BIN) $(GPU_OPS_BENCH_BIN)
 	@tests/run_tests.sh e2e
 
 # The CPU configuration under the sanitizers (tests/run_sanitized.sh): ASan + UBSan + LSan on the
@@ -293,7 +302,8 @@ BUNDLE_ARCH ?= -march=x86-64-v3
 bundle:
 	@$(MAKE) --no-print-directory $(PARALLEL) BUILD=build/bundle BIN=build/bundle/mnist_ddp \
 	  ARCH_FLAGS="$(BUNDLE_ARCH)" build/bundle/mnist_ddp build/bundle/tests/unit_tests \
-	  build/bundle/tests/mpi_tests build/bundle/bench/ops_bench build/bundle/bench/comm_bench
+	  build/bundle/tests/mpi_tests build/bundle/bench/ops_bench build/bundle/bench/comm_bench \
+	  build/bundle/bench/gpu_ops_bench build/bundle/bench/gpu_conv_algos
 	@data/prepare.sh
 	@BUNDLE_BUILD=build/bundle tools/make-bundle.sh
 
@@ -323,5 +333,5 @@ help:
 	@echo "make bundle   dist/ for a GPU machine without MPI/HDF5 (then tools/gpu-suite.sh there)"
 	@echo "make clean    remove build/ and ./mnist_ddp"
 
--include $(CU_OBJS:.o=.d) $(LIB_OBJS:.o=.d) $(MAIN_OBJ:.o=.d) $(UNIT_OBJS:.o=.d) $(MPI_TEST_OBJS:.o=.d) $(BENCH_OBJS:.o=.d) $(BUILD)/bench/comm_bench.d \
+-include $(CU_OBJS:.o=.d) $(LIB_OBJS:.o=.d) $(MAIN_OBJ:.o=.d) $(UNIT_OBJS:.o=.d) $(MPI_TEST_OBJS:.o=.d) $(BENCH_OBJS:.o=.d) $(BUILD)/bench/comm_bench.d $(BUILD)/bench/gpu_ops_bench.d $(BUILD)/bench/gpu_conv_algos.d \
   $(wildcard $(BUILD)/tests/fuzz/*.d)

@@ -215,7 +215,7 @@ tarfile.open(sys.argv[1], "r:xz").extractall(sys.argv[2], **kw)' \
       ln -sfn "$B/bin/mnist_ddp" ./mnist_ddp
       mkdir -p build/tests build/bench
       for t in unit_tests mpi_tests; do ln -sfn "$B/bin/$t" "build/tests/$t"; done
-      for t in ops_bench comm_bench; do ln -sfn "$B/bin/$t" "build/bench/$t"; done
+      for t in ops_bench comm_bench gpu_ops_bench gpu_conv_algos; do ln -sfn "$B/bin/$t" "build/bench/$t"; done
       if ! cmp -s dist/data/DATASET data/dataset/DATASET 2>/dev/null ||
          [[ $(ls data/dataset/*.gz 2>/dev/null | wc -l) -lt 4 ]]; then
         rm -rf data/dataset && mkdir -p data/dataset && cp dist/data/* data/dataset/ || why="copying dist/data failed"
@@ -410,13 +410,13 @@ stage_bench() {
 # the floors of the steps after it are kept back (RESERVE), so a slow step cannot crowd out the
 # speed table, and time a step does not use passes to the next. GPU_STEPS=name,name runs only those.
 FIRST_STEPS=(preflight unit_gpu nccl_np1 gpuddp_np2 graphs_bitwise trace_nccl amp
-             speed_mnist_ddp speed_pytorch_eager speed_torch_compile)
+             speed_mnist_ddp ops_gpu speed_pytorch_eager speed_torch_compile)
 # Steps that check a result (the verdict's "correct"). The self-test steps of
 # tests/e2e/gpu_suite_test.sh (selftest_pass, selftest_fail) run only when named; they need no
 # bundle and no GPU.
 FIRST_CORRECTNESS=" preflight unit_gpu nccl_np1 gpuddp_np2 graphs_bitwise trace_nccl amp "
 declare -A FIRST_FLOOR=([preflight]=15 [unit_gpu]=20 [nccl_np1]=10 [gpuddp_np2]=15 [graphs_bitwise]=20
-  [trace_nccl]=10 [amp]=20 [speed_mnist_ddp]=40 [speed_pytorch_eager]=60 [speed_torch_compile]=60
+  [trace_nccl]=10 [amp]=20 [speed_mnist_ddp]=40 [ops_gpu]=15 [speed_pytorch_eager]=60 [speed_torch_compile]=60
   [selftest_pass]=20 [selftest_fail]=20)
 SPEED_EPOCHS=10
 
@@ -457,6 +457,9 @@ first_step() {
            step amp 90 tap env GPU_TEST_CASES=amp MNIST_DDP_E2E_KEEP="$LOGS/e2e" bash tests/e2e/gpu_test.sh
          fi ;;
     speed_mnist_ddp) speed_step speed_mnist_ddp 120 graphs_tf32,eager_tf32,graphs_amp_bf16,graphs_amp_fp16 60 ;;
+    # Where a step's device time goes: each op at batch 100 (bench/gpu_ops_bench.cpp), then every
+    # cuDNN algorithm of each convolution timed (bench/gpu_conv_algos.cu); both in the logs.
+    ops_gpu) step ops_gpu 40 cmd bash -c 'build/bench/gpu_ops_bench --benchmark_color=false --benchmark_min_time=0.002 && build/bench/gpu_conv_algos' ;;
     speed_pytorch_eager) speed_step speed_pytorch_eager 150 pt_eager_tf32,pt_eager_amp_bf16 90 ;;
     # torch.compile last and capped: its compilation may take minutes on a cold cache.
     speed_torch_compile) speed_step speed_torch_compile 150 pt_compiled_tf32 150 ;;

@@ -10,7 +10,7 @@
 # dist/bundle.tar.xz is xz (26 MB; gzip made 45 MB, which with the 30 MB dataset did not fit): the
 # GPU image may lack the xz program, so tools/gpu-suite.sh unpacks with python3's tarfile (its lzma
 # module) there. Inside it:
-#   bin/NAME        wrappers (mnist_ddp, unit_tests, mpi_tests, ops_bench, comm_bench, mpirun):
+#   bin/NAME        wrappers (mnist_ddp, unit_tests, mpi_tests, ops_bench, comm_bench, gpu_ops_bench, gpu_conv_algos, mpirun):
 #                   source bin/bundle-env.sh, which sets LD_LIBRARY_PATH (bundle lib/, then the
 #                   CUDA libraries found on that machine), OPAL_PREFIX and PMIx's directories for
 #                   that process only, then exec libexec/NAME. Usable outside the suite, also
@@ -29,7 +29,8 @@ mkdir -p "$stage/bin" "$stage/libexec" "$stage/lib/ucx" "$stage/mpi/bin" "$stage
   "$stage/$ML" "$stage/mpi/share" "$stage/mpi/etc"
 # Built by `make bundle` into $BUNDLE_BUILD with a portable -march (BUNDLE_ARCH).
 B="${BUNDLE_BUILD:-build/bundle}"
-bins=("$B/mnist_ddp" "$B/tests/unit_tests" "$B/tests/mpi_tests" "$B/bench/ops_bench" "$B/bench/comm_bench")
+bins=("$B/mnist_ddp" "$B/tests/unit_tests" "$B/tests/mpi_tests" "$B/bench/ops_bench" "$B/bench/comm_bench"
+  "$B/bench/gpu_ops_bench" "$B/bench/gpu_conv_algos")
 for b in "${bins[@]}"; do
   [[ -x "$b" ]] || { echo "make-bundle: $b missing (run make bundle)" >&2; exit 1; }
   strip -o "$stage/libexec/$(basename "$b")" "$b"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # bench_smoke_test.sh — the benchmark binaries build and run (no timing is asserted here; timings
 # belong to `make bench`): comm_bench's all-reduce data check passes on 2 ranks, its hook
-# counters report each hook's bytes per step (PowerSGD's 6.8x cut), ops_bench's fused kernels run.
+# counters report each hook's bytes per step (PowerSGD's 6.8x cut), ops_bench's fused kernels run,
+# gpu_ops_bench says "no usable GPU" and exits 1 where there is none (it runs in tools/gpu-suite.sh).
 source "$(dirname "$0")/lib.sh"
 CB="$REPO/build/bench/comm_bench" OB="$REPO/build/bench/ops_bench"
 if [[ ! -x $CB || ! -x $OB ]]; then
@@ -31,5 +32,23 @@ if [[ $RC -eq 0 ]] && [[ $(grep -c "BM_BnReluPool/" "$OUT") -ge 8 ]]; then
   pass "ops_bench_fused_kernels_run"
 else
   fail "ops_bench rc=$RC" "$(show)"
+fi
+GB="$REPO/build/bench/gpu_ops_bench"
+if [[ ! -x $GB ]]; then
+  fail "gpu_ops_bench missing (make build/bench/gpu_ops_bench)"
+elif nvidia-smi -L >/dev/null 2>&1; then
+  run gpu_ops_bench 120 "$GB" --benchmark_filter='Conv1Forward|Bn1Stats' --benchmark_min_time=0.01
+  if [[ $RC -eq 0 ]] && [[ $(grep -cE "^(Conv1Forward|Bn1Stats)/manual_time" "$OUT") -eq 2 ]]; then
+    pass "gpu_ops_bench_runs"
+  else
+    fail "gpu_ops_bench rc=$RC" "$(show)"
+  fi
+else
+  run gpu_ops_bench 60 "$GB"
+  if [[ $RC -eq 1 ]] && grep -q "gpu_ops_bench: error: no usable GPU" "$ERR"; then
+    pass "gpu_ops_bench_without_gpu_exits_1"
+  else
+    fail "gpu_ops_bench without a GPU: rc=$RC" "$(show)"
+  fi
 fi
 finish

@@ -53,22 +53,59 @@ __device__ void block_sum2(double* a, double* b) {
   *b = sb[0];
 }
 
-// Block-wide (one block per channel ch = blockIdx.x of x[N][C][HW]): the channel's batch mean
-// and biased variance, summed in double (every thread gets them).
-__device__ void channel_moments(int c, int n, int hw, const float* x, double* mu, double* var) {
-  const int ch = blockIdx.x;
+// The BN reductions (per-channel sums over N*H*W values) run split: grid (split, C), block (s, ch)
+// sums its contiguous slice of the channel, and a one-thread-per-channel kernel adds the split's
+// partials in order. One block per channel kept 16-32 of the H100's 132 SMs busy, each thread
+// walking hundreds of dependent loads (first GPU run: the layer spans of the trace were 70-180 us
+// at batch 100). The partition depends only on the shape, so the sums stay deterministic.
+constexpr int kReduceBlocks = 512;  // blocks over all channels: a few per SM
+constexpr int kMaxPartials = 1024;  // C * split held by the partials scratch (C <= 64: <= 575)
+
+// Blocks per channel for m values per channel: enough to fill the GPU, none with fewer than
+// kThreads values (one block when m < kThreads).
+int reduce_split(int c, long m) {
+  const long by_fill = (kReduceBlocks + c - 1) / c;
+  const long by_size = m / kThreads;
+  return static_cast<int>(std::max(1L, std::min(by_fill, by_size)));
+}
+
+// The slice [lo, hi) of a channel's m values that block (blockIdx.x, .) of the split sums.
+__device__ void block_slice(long m, long* lo, long* hi) {
+  const long s = blockIdx.x, split = gridDim.x;
+  *lo = m * s / split;
+  *hi = m * (s + 1) / split;
+}
+
+// Block (s, ch) of x[N][C][HW]: partials[2 * (ch * split + s) + {0, 1}] = sum x, sum x^2 over its
+// slice, in double.
+__global__ void bn_partial_moments_kernel(int c, int n, int hw, const float* x, double* partials) {
+  const int ch = blockIdx.y;
+  long lo = 0, hi = 0;
+  block_slice(static_cast<long>(n) * hw, &lo, &hi);
   double s = 0, ss = 0;
-  const long m = static_cast<long>(n) * hw;
-  for (long t = threadIdx.x; t < m; t += blockDim.x) {
-    const long i = t / hw, q = t % hw;
+  for (long t = lo + threadIdx.x; t < hi; t += blockDim.x) {
+    const long i = t / hw, q = t - i * hw;
     const double v = x[(i * c + ch) * hw + q];
     s += v;
     ss += v * v;
   }
   block_sum2(&s, &ss);
-  const double md = static_cast<double>(m);
-  *mu = s / md;
-  *var = fmax(ss / md - *mu * *mu, 0.0);
+  if (threadIdx.x == 0) {
+    const long at = 2 * (static_cast<long>(ch) * gridDim.x + blockIdx.x);
+    partials[at] = s;
+    partials[at + 1] = ss;
+  }
+}
+
+// Channel ch's two sums: its split partials added in order.
+__device__ void add_partials(const double* partials, int split, int ch, double* a, double* b) {
+  double s = 0, ss = 0;
+  for (int j = 0; j < split; ++j) {
+    s += partials[2 * (ch * split + j)];
+    ss += partials[2 * (ch * split + j) + 1];
+  }
+  *a = s;
+  *b = ss;
 }
 
 // From a channel's moments over md values: the saved statistics and the running-statistics
@@ -83,30 +120,28 @@ __device__ void finalize_channel(int ch, double mu, double var, double md, doubl
   rv[ch] = static_cast<float>((1 - momentum) * rv[ch] + momentum * unbiased);
 }
 
-// One block per channel: batch mean / invstd and the running-statistics update.
-__global__ void bn_stats_kernel(int c, int n, int hw, const float* x, double eps, double momentum,
-                                float* mean, float* invstd, float* rm, float* rv) {
-  double mu = 0, var = 0;
-  channel_moments(c, n, hw, x, &mu, &var);
-  if (threadIdx.x == 0) {
-    finalize_channel(blockIdx.x, mu, var, static_cast<double>(n) * hw, eps, momentum, mean, invstd,
-                     rm, rv);
+// One thread per channel: the batch mean and biased variance over md values from the partials,
+// into moments[2 * ch + {0, 1}] (SyncBatchNorm: this rank's, for the host exchange) or straight
+// into the statistics and the running-statistics update (moments == nullptr).
+__global__ void bn_moments_kernel(int c, int split, const double* partials, double md, double eps,
+                                  double momentum, double* moments, float* mean, float* invstd,
+                                  float* rm, float* rv) {
+  const int ch = blockIdx.x * blockDim.x + threadIdx.x;
+  if (ch >= c) return;
+  double s = 0, ss = 0;
+  add_partials(partials, split, ch, &s, &ss);
+  const double mu = s / md;
+  const double var = fmax(ss / md - mu * mu, 0.0);
+  if (moments != nullptr) {
+    moments[2 * ch] = mu;
+    moments[2 * ch + 1] = var;
+    return;
   }
+  finalize_channel(ch, mu, var, md, eps, momentum, mean, invstd, rm, rv);
 }
 
-// SyncBatchNorm (--sync-bn), forward in two halves around the host exchange: this rank's
-// per-channel moments (one block per channel) ...
-__global__ void bn_moments_kernel(int c, int n, int hw, const float* x, double* moments) {
-  double mu = 0, var = 0;
-  channel_moments(c, n, hw, x, &mu, &var);
-  if (threadIdx.x == 0) {
-    moments[2 * blockIdx.x] = mu;
-    moments[2 * blockIdx.x + 1] = var;
-  }
-}
-
-// ... and, from the union batch's moments over md values per channel, the statistics (one thread
-// per channel).
+// SyncBatchNorm (--sync-bn): from the union batch's moments over md values per channel, the
+// statistics (one thread per channel).
 __global__ void bn_finalize_kernel(int c, const double* moments, double md, double eps,
                                    double momentum, float* mean, float* invstd, float* rm,
                                    float* rv) {
@@ -149,15 +184,19 @@ __global__ void bn_relu_pool_fwd_kernel(int c, int n, int h, int w, const float*
   arg[t] = static_cast<std::uint8_t>(hi ? i23 : i01);
 }
 
-// One block per channel: sums over the pooled grid of g (relu-masked dy) and g*(x[argmax]-mean).
-__global__ void bn_relu_pool_sums_kernel(int c, int n, int h, int w, const float* x, const float* y,
-                                         const float* dy, const std::uint8_t* arg,
-                                         const float* mean, double* sums) {
-  const int ch = blockIdx.x, oh = h / 2, ow = w / 2;
-  const long per = static_cast<long>(oh) * ow, m = n * per;
+// Block (s, ch), split like the moments: partials of sum g (relu-masked dy) and sum g*(x[argmax] -
+// mean) over its slice of the pooled grid.
+__global__ void bn_relu_pool_partials_kernel(int c, int n, int h, int w, const float* x,
+                                             const float* y, const float* dy,
+                                             const std::uint8_t* arg, const float* mean,
+                                             double* partials) {
+  const int ch = blockIdx.y, oh = h / 2, ow = w / 2;
+  const long per = static_cast<long>(oh) * ow;
+  long lo = 0, hi = 0;
+  block_slice(n * per, &lo, &hi);
   double s1 = 0, s2 = 0;
-  for (long t = threadIdx.x; t < m; t += blockDim.x) {
-    const long i_n = t / per, r = t % per;
+  for (long t = lo + threadIdx.x; t < hi; t += blockDim.x) {
+    const long i_n = t / per, r = t - i_n * per;
     const long q = (i_n * c + ch) * per + r;
     if (!(y[q] > 0.f)) continue;
     const int i = r / ow, j = r % ow, a = arg[q];
@@ -167,18 +206,24 @@ __global__ void bn_relu_pool_sums_kernel(int c, int n, int h, int w, const float
   }
   block_sum2(&s1, &s2);
   if (threadIdx.x == 0) {
-    sums[2 * ch] = s1;
-    sums[2 * ch + 1] = s2;
+    const long at = 2 * (static_cast<long>(ch) * gridDim.x + blockIdx.x);
+    partials[at] = s1;
+    partials[at + 1] = s2;
   }
 }
 
-// dgamma/dbeta from the sums (one thread per channel).
-__global__ void bn_param_grads_kernel(int c, const double* sums, const float* invstd, float* dgamma,
-                                      float* dbeta) {
+// One thread per channel: the two sums from the partials into sums[2 * ch + {0, 1}], and this
+// rank's dgamma/dbeta from them.
+__global__ void bn_grad_sums_kernel(int c, int split, const double* partials, const float* invstd,
+                                    double* sums, float* dgamma, float* dbeta) {
   const int ch = blockIdx.x * blockDim.x + threadIdx.x;
   if (ch >= c) return;
-  dbeta[ch] = static_cast<float>(sums[2 * ch]);
-  dgamma[ch] = static_cast<float>(sums[2 * ch + 1] * invstd[ch]);
+  double s1 = 0, s2 = 0;
+  add_partials(partials, split, ch, &s1, &s2);
+  sums[2 * ch] = s1;
+  sums[2 * ch + 1] = s2;
+  dbeta[ch] = static_cast<float>(s1);
+  dgamma[ch] = static_cast<float>(s2 * invstd[ch]);
 }
 
 // One thread per pooled window: dx at its four positions.
@@ -421,6 +466,7 @@ class CudaOps final : public Ops {
         cublasSetMathMode(cublas_, tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_PEDANTIC_MATH));
     CUDA_CHECK(cudaMalloc(&scalars_, 64));
     CUDA_CHECK(cudaMalloc(&bn_sums_, 2 * 64 * sizeof(double)));
+    CUDA_CHECK(cudaMalloc(&bn_partials_, 2 * kMaxPartials * sizeof(double)));
     CUDA_CHECK(cudaMalloc(&loss_sum_, sizeof(double)));
     CUDA_CHECK(cudaMemset(loss_sum_, 0, sizeof(double)));
     CUDA_CHECK(cudaMalloc(&dev_scalars_, sizeof(DeviceScalars)));
@@ -441,6 +487,7 @@ class CudaOps final : public Ops {
       if (p) cudaFree(p);
     cudaFree(scalars_);
     cudaFree(bn_sums_);
+    cudaFree(bn_partials_);
     cudaFree(loss_sum_);
     cudaFree(dev_scalars_);
     cudaFree(first_pending_);
@@ -511,17 +558,22 @@ class CudaOps final : public Ops {
   void batchnorm_stats(int c, int n, int hw, const float* x, double eps, double momentum,
                        float* save_mean, float* save_invstd, float* running_mean,
                        float* running_var) override {
-    if (bn_sync_ == nullptr) {
-      bn_stats_kernel<<<c, kThreads, 0, stream_>>>(c, n, hw, x, eps, momentum, save_mean,
-                                                   save_invstd, running_mean, running_var);
-      CUDA_CHECK(cudaGetLastError());
-      return;
-    }
+    MNIST_DDP_CHECK(c >= 1 && c <= 64, "more channels than the BN scratch holds");
+    const long m = static_cast<long>(n) * hw;
+    const int split = reduce_split(c, m);
+    MNIST_DDP_CHECK(c * split <= kMaxPartials, "BN reduction split larger than its scratch");
+    bn_partial_moments_kernel<<<dim3(split, c), kThreads, 0, stream_>>>(c, n, hw, x, bn_partials_);
+    CUDA_CHECK(cudaGetLastError());
+    // Without SyncBatchNorm the statistics come straight from the partials; with it, this rank's
+    // moments go to bn_sums_ for the host exchange.
+    bn_moments_kernel<<<blocks_for(c), kThreads, 0, stream_>>>(
+        c, split, bn_partials_, static_cast<double>(m), eps, momentum,
+        bn_sync_ == nullptr ? nullptr : bn_sums_, save_mean, save_invstd, running_mean,
+        running_var);
+    CUDA_CHECK(cudaGetLastError());
+    if (bn_sync_ == nullptr) return;
     // SyncBatchNorm forward: this rank's moments, combined with every rank's on the host (the
     // BnSync exchange: a few doubles per channel), then the statistics of the union batch.
-    MNIST_DDP_CHECK(c <= 64, "more channels than the BN scratch holds");
-    bn_moments_kernel<<<c, kThreads, 0, stream_>>>(c, n, hw, x, bn_sums_);
-    CUDA_CHECK(cudaGetLastError());
     std::vector<double> moments(2 * static_cast<std::size_t>(c)), mean(c), var(c);
     // Sync: the legacy-stream copy waits for the moments kernel on the ops' stream.
     CUDA_CHECK(cudaMemcpy(moments.data(), bn_sums_, moments.size() * sizeof(double),
@@ -560,12 +612,14 @@ class CudaOps final : public Ops {
                              const float* dy, const std::uint8_t* argmax, const float* gamma,
                              const float* mean, const float* invstd, bool batch_stats, float* dx,
                              float* dgamma, float* dbeta) override {
-    MNIST_DDP_CHECK(c <= 64, "more channels than the BN scratch holds");
-    bn_relu_pool_sums_kernel<<<c, kThreads, 0, stream_>>>(c, n, h, w, x, y, dy, argmax, mean,
-                                                          bn_sums_);
+    MNIST_DDP_CHECK(c >= 1 && c <= 64, "more channels than the BN scratch holds");
+    const int split = reduce_split(c, static_cast<long>(n) * (h / 2) * (w / 2));
+    MNIST_DDP_CHECK(c * split <= kMaxPartials, "BN reduction split larger than its scratch");
+    bn_relu_pool_partials_kernel<<<dim3(split, c), kThreads, 0, stream_>>>(
+        c, n, h, w, x, y, dy, argmax, mean, bn_partials_);
     CUDA_CHECK(cudaGetLastError());
-    bn_param_grads_kernel<<<blocks_for(c), kThreads, 0, stream_>>>(c, bn_sums_, invstd, dgamma,
-                                                                   dbeta);
+    bn_grad_sums_kernel<<<blocks_for(c), kThreads, 0, stream_>>>(c, split, bn_partials_, invstd,
+                                                                 bn_sums_, dgamma, dbeta);
     CUDA_CHECK(cudaGetLastError());
     double md = static_cast<double>(n) * h * w;
     if (bn_sync_ != nullptr && batch_stats) {
@@ -991,6 +1045,7 @@ class CudaOps final : public Ops {
   std::vector<void*> retired_;  // outgrown workspaces
   void* scalars_ = nullptr;     // [0]: double loss sum; [8]: int top-1, [12]: int top-5; [16..24)
   double* bn_sums_ = nullptr;   // [2*C]: sum(g), sum(g*(x-mean)) of the BN backward
+  double* bn_partials_ = nullptr;  // [2*kMaxPartials]: the split BN reductions' partial sums
   std::map<std::tuple<int, int, int, int, int, int, int, int>, std::unique_ptr<ConvPlan>> plans_;
   std::map<std::tuple<int, int, int, int>, std::unique_ptr<LinearScratch>> linear_;
   const BnSync* bn_sync_ = nullptr;  // --sync-bn exchanges (host), or nullptr
