@@ -23,7 +23,7 @@ off=$OFF on=$ON
 ns=$(mpirun -np 1 build/bench/comm_bench --benchmark_filter=BM_FlightRecord --benchmark_format=csv 2>/dev/null |
   awk -F, '/BM_FlightRecord/ { print $4 }')
 mpirun -np "$RANKS" ./mnist_ddp "${COMMON[@]}" --max-steps 20 --debug-hang-rank 1 --collective-timeout 2 \
-  --log-dir "$OUTDIR/count" >"$OUTDIR/count.out" 2>&1 || true
+  --log-dir "$OUTDIR/count" --checkpoint-dir "$OUTDIR/ckpt-count" >"$OUTDIR/count.out" 2>&1 || true
 per_step=$(python3 -c "
 import json, sys
 d = json.load(open(sys.argv[1]))

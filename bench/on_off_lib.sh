@@ -13,7 +13,7 @@ on_off_setup() {
   [[ -x ./mnist_ddp && -x build/bench/comm_bench ]] || make -j2 all build/bench/comm_bench >/dev/null
   OUTDIR="bench/results/$1"
   rm -rf "$OUTDIR" && mkdir -p "$OUTDIR"
-  COMMON=(--device cpu --data data/dataset --epochs "$EPOCHS" --progress off --checkpoint-dir "$OUTDIR/ckpt")
+  COMMON=(--device cpu --data data/dataset --epochs "$EPOCHS" --progress off)
 }
 ips() { grep -o "at [0-9]* img/s" "$1" | grep -o "[0-9]*"; }
 median() { sort -n | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
@@ -26,7 +26,11 @@ run_on_off() {
     for mode in "${order[@]}"; do
       flags_for "$mode" "$r"
       log="$OUTDIR/$mode-r$r.out"
-      mpirun -np "$RANKS" ./mnist_ddp "${COMMON[@]}" "${FLAGS[@]}" --log-dir "$OUTDIR/log-$mode-r$r" >"$log" 2>&1
+      # A fresh checkpoint directory per run: each run is a new lineage, and a directory holding
+      # another run's checkpoints is refused (README "Running many jobs").
+      rm -rf "$OUTDIR/ckpt-$mode-r$r"
+      mpirun -np "$RANKS" ./mnist_ddp "${COMMON[@]}" "${FLAGS[@]}" --log-dir "$OUTDIR/log-$mode-r$r" \
+        --checkpoint-dir "$OUTDIR/ckpt-$mode-r$r" >"$log" 2>&1
       echo "== round $r/$ROUNDS $mode: $(ips "$log") img/s"
     done
   done

@@ -1,5 +1,6 @@
 // cli.cpp — the CLI11 option table (the single source of truth for flags and --help).
 #include "mnist_ddp/app/cli.hpp"
+#include "mnist_ddp/train/debug_seams.hpp"
 
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
@@ -130,6 +131,15 @@ void build(CLI::App& app, Config& c, EnumText& t) {
                  "PATH of one checkpoint");
   app.add_option("--log-every", c.log_every, "steps between progress lines in batch output")
       ->check(kPositive);
+  app.add_option("--straggler-every", c.straggler_every,
+                 "steps per straggler window: each rank's compute time (its step minus its waits "
+                 "for the others) is compared across ranks once a window, one small all-gather "
+                 "(-1: --log-every; 0: off)")
+      ->check(CLI::Range(std::int64_t{-1}, std::int64_t{1} << 40));
+  app.add_option("--straggler-threshold", c.straggler_threshold,
+                 "a rank whose score (the fastest rank's compute / its own) stays below this for "
+                 "two windows is named as a straggler")
+      ->check(CLI::Range(0.01, 1.0));
   app.add_option("--check-replicas", c.check_replicas,
                  "every N steps compare a hash of the parameters across ranks (0: off)")
       ->check(kNonNegative);
@@ -206,6 +216,9 @@ void build(CLI::App& app, Config& c, EnumText& t) {
   app.add_option("--debug-sample-log", c.debug_sample_log,
                  "testing: each rank appends the training-set indices it trains on, one per line, "
                  "to DIR/samples-epoch<E>-rank<R>.txt (the data-split check)");
+  app.add_option("--debug-slow", c.debug_slow,
+                 "testing: RANK:PHASE:MS makes that rank's PHASE (data, forward, backward, "
+                 "optimizer) MS milliseconds slower every step (the straggler tests)");
   app.add_flag("--debug-fail-capture", c.debug_fail_capture,
                "testing: every CUDA graph capture makes a call that is illegal while capturing, "
                "so the run must fall back to eager steps (the fallback's test)");
@@ -304,6 +317,12 @@ ParseOutcome parse_cli(int argc, char** argv, Config& cfg, bool print) {
         "--debug-desync-rank makes the ranks' collectives disagree, which only "
         "--debug-collectives catches (without it MPI's behaviour is undefined): add "
         "--debug-collectives");
+  }
+  if (!cfg.debug_slow.empty() && !parse_debug_slow(cfg.debug_slow)) {
+    throw UserError(fmt::format(
+        "--debug-slow {}: give RANK:PHASE:MS, e.g. 1:backward:200 (PHASE: data, forward, "
+        "backward or optimizer; MS > 0)",
+        cfg.debug_slow));
   }
   if (cfg.accumulate > 1 && cfg.eval_only) {
     throw UserError(fmt::format(
@@ -416,6 +435,8 @@ std::string config_json(const Config& c) {
                             {"threads", c.threads},
                             {"log_dir", c.log_dir},
                             {"log_every", c.log_every},
+                            {"straggler_every", c.straggler_every},
+                            {"straggler_threshold", c.straggler_threshold},
                             {"check_replicas", c.check_replicas},
                             {"bucket_cap_kb", c.bucket_cap_kb},
                             {"no_overlap", c.no_overlap},

@@ -48,6 +48,7 @@ int run(int argc, char** argv, int rank, int world, const MpiLocality& locality,
                 parse_trace_window(cfg.trace_steps).value_or(TraceWindow{}));
   Trainer trainer(cfg, comms.control(), comms.data(), *ops, model, data, *log, comms.local(),
                   comms.thread(), &flight, &tracer);
+  trainer.watch_stragglers(where.ranks);
   const std::int64_t step =
       restore_start_state(comms.control(), cfg, data, *ops, model, trainer, *log);
   if (cfg.eval_only) return evaluate_only(comms.control(), trainer, data, step, *log);

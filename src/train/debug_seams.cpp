@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <thread>
 
 namespace mnist_ddp {
@@ -36,6 +37,31 @@ void debug_seams_before_step(const Config& cfg, Comm& comm, std::int64_t step) {
     // Collective on this rank only (the seam): its peers' next collective is another one.
     comm.allreduce(std::span<std::int32_t>(extra, 2), ReduceOp::Sum);
   }
+}
+
+std::optional<DebugSlow> parse_debug_slow(const std::string& text) {
+  const auto a = text.find(':'), b = text.rfind(':');
+  if (a == std::string::npos || b == a) return std::nullopt;
+  DebugSlow s;
+  try {
+    std::size_t used = 0;
+    s.rank = std::stoi(text.substr(0, a), &used);
+    if (used != a || s.rank < 0) return std::nullopt;
+    const std::string ms = text.substr(b + 1);
+    s.ms = std::stod(ms, &used);
+    if (used != ms.size() || !(s.ms > 0) || s.ms > 1e6) return std::nullopt;
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+  const auto phase = value_in(kPhaseNames, text.substr(a + 1, b - a - 1));
+  if (!phase || *phase == Phase::Comm) return std::nullopt;
+  s.phase = *phase;
+  return s;
+}
+
+void debug_slow_phase(const DebugSlow& slow, int rank, Phase p) {
+  if (rank != slow.rank || p != slow.phase) return;
+  std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(slow.ms));
 }
 
 }  // namespace mnist_ddp

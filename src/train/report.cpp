@@ -191,4 +191,75 @@ void Reporter::graphs(int captured, std::int64_t replayed, std::int64_t runs) {
                         captured, replayed, runs));
 }
 
+namespace {
+// "0-3", "0,2,5": a node's ranks.
+std::string rank_list(const std::vector<int>& r) {
+  if (r.empty()) return "-";
+  bool consecutive = true;
+  for (std::size_t i = 1; i < r.size(); ++i) consecutive = consecutive && r[i] == r[i - 1] + 1;
+  if (consecutive)
+    return r.size() == 1 ? std::to_string(r[0]) : fmt::format("{}-{}", r[0], r.back());
+  std::string out;
+  for (const int x : r) {
+    if (!out.empty()) out += ',';
+    out += std::to_string(x);
+  }
+  return out;
+}
+}  // namespace
+
+void Reporter::straggler(const StepPosition& at, const StragglerEvent& e,
+                         const std::vector<RankPlacement>& ranks, double threshold) {
+  const RankScore& s = e.score;
+  const RankPlacement& p = ranks[static_cast<std::size_t>(s.rank)];
+  const std::string phase(name_in(kPhaseNames, s.slow_phase));
+  if (e.recovered) {
+    log_.info(fmt::format(
+        "straggler: rank {} (host {}) recovered at step {}: score {:.2f} (compute {:.2f} ms/step "
+        "against {:.2f} on rank {}, the fastest)",
+        s.rank, p.host, at.step, s.relative, e.compute_ms, e.fastest_ms, e.fastest_rank));
+  } else {
+    log_.info(fmt::format(
+        "straggler: rank {} (host {}, {}) is slow in {}: score {:.2f} for {} windows below {:.2f} "
+        "(compute {:.2f} ms/step against {:.2f} on rank {}, the fastest; its own best {:.2f}); "
+        "the other ranks wait {:.2f} ms/step for it, {:.0f}% of their step time",
+        s.rank, p.host, p.device, phase, ranks.size() > 1 ? s.relative : s.individual,
+        e.windows_below, threshold, e.compute_ms, e.fastest_ms, e.fastest_rank,
+        e.compute_ms * s.individual, s.excess_ms, 100 * s.cost));
+  }
+  log_.metrics({{"event", "straggler"},
+                {"step", at.step},
+                {"state", e.recovered ? "recovered" : "slow"},
+                {"rank", s.rank},
+                {"host", p.host},
+                {"device", p.device},
+                {"phase", phase},
+                {"relative_score", s.relative},
+                {"individual_score", s.individual},
+                {"compute_ms", e.compute_ms},
+                {"fastest_ms", e.fastest_ms},
+                {"fastest_rank", e.fastest_rank},
+                {"cost", s.cost}});
+}
+
+void Reporter::node_table(const std::vector<NodeRow>& rows, double threshold) {
+  if (rows.empty()) return;
+  std::string text = fmt::format(
+      "nodes (compute per step over the run, waits for other ranks left out; score = the "
+      "fastest node's / this one's, below {:.2f} is slow):\n  {:<16} {:>7} {:>16} {:>6}",
+      threshold, "host", "ranks", "compute ms/step", "score");
+  nlohmann::json nodes = nlohmann::json::array();
+  for (const NodeRow& r : rows) {
+    text += fmt::format("\n  {:<16} {:>7} {:>16.2f} {:>6.2f}{}", r.host, rank_list(r.ranks),
+                        r.compute_ms, r.score, r.score < threshold ? "  SLOW" : "");
+    nodes.push_back({{"host", r.host},
+                     {"ranks", r.ranks},
+                     {"compute_ms", r.compute_ms},
+                     {"score", r.score},
+                     {"slow", r.score < threshold}});
+  }
+  log_.info(text);
+  log_.metrics({{"event", "nodes"}, {"threshold", threshold}, {"nodes", nodes}});
+}
+
 }  // namespace mnist_ddp

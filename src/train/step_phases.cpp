@@ -8,13 +8,26 @@ namespace mnist_ddp {
 
 void StepPhases::begin() {
   current_.fill(0);
+  waited_ = 0;
   last_ = Clock::now();
 }
 
 void StepPhases::mark(Phase p) {
   const Clock::time_point now = Clock::now();
-  current_[static_cast<std::size_t>(p)] += std::chrono::duration<double>(now - last_).count();
+  current_[static_cast<std::size_t>(p)] +=
+      std::chrono::duration<double>(now - last_).count() - waited_;
+  waited_ = 0;
   last_ = now;
+}
+
+void StepPhases::begin_wait() {
+  wait_begin_ = Clock::now();
+}
+
+void StepPhases::end_wait() {
+  const double w = std::chrono::duration<double>(Clock::now() - wait_begin_).count();
+  current_[static_cast<std::size_t>(Phase::Comm)] += w;
+  waited_ += w;
 }
 
 void StepPhases::end() {
@@ -23,6 +36,7 @@ void StepPhases::end() {
 
 void StepPhases::add(const PhaseSeconds& step) {
   for (std::size_t i = 0; i < kPhases; ++i) samples_[i].push_back(step[i]);
+  last_step_ = step;
 }
 
 PhaseSeconds phase_seconds_of(const std::vector<TraceEvent>& spans) {

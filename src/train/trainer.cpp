@@ -121,7 +121,8 @@ Trainer::Trainer(const Config& cfg, Comm& comm, Comm& data_comm, Ops& ops, ConvN
       report_(cfg, log),
       sgd_(ops, model.params().size(), sgd_params(cfg)),
       layout_(checkpoint_layout(model)),
-      run_id_(new_run_id()) {
+      run_id_(new_run_id()),
+      debug_slow_(cfg.debug_slow.empty() ? std::nullopt : parse_debug_slow(cfg.debug_slow)) {
   const DistributedSampler probe(data.train.count, comm.rank(), comm.size(), cfg.shuffle, cfg.seed,
                                  cfg.drop_last);
   const std::int64_t per_step = static_cast<std::int64_t>(cfg.batch_size) * cfg.accumulate;
@@ -232,7 +233,10 @@ void Trainer::train_step(const std::vector<int>& sizes) {
     }
     end_micro(n);
   }
-  if (was_sampled) phases_.add(sampled);
+  if (was_sampled) {
+    phases_.add(sampled);
+    if (stragglers_) stragglers_->add(sampled);  // GPU: the sampled steps' CUDA-event split
+  }
   end_step();
 }
 
@@ -246,8 +250,10 @@ void Trainer::enqueue_step(int n, const MicroBatch& mb) {
       // Collective: DDP's broadcast_buffers — rank 0's BN running statistics before the forward
       // (only the first of a step's micro-batches: DDP's forward inside no_sync does not sync
       // buffers, nor the one after it). num_batches_tracked, on the host, advances in lockstep on
-      // every rank: nothing to send.
+      // every rank: nothing to send. A blocking collective: its time is waiting (Comm), not data.
+      if (time_phases_) phases_.begin_wait();
       data_comm_.broadcast(model_.buffers(), 0);
+      if (time_phases_) phases_.end_wait();
     }
   }
   mark(Phase::Data);
@@ -295,14 +301,18 @@ void Trainer::enqueue_step(int n, const MicroBatch& mb) {
   if (scaler_) scaler_->update();
   if (local && (step_ - cfg_.local_sgd_start) % cfg_.local_sgd_period == 0) {
     // Collective: PeriodicModelAverager — the global parameter average that bounds how far the
-    // node groups drift apart (momentum buffers stay local, as in PyTorch).
+    // node groups drift apart (momentum buffers stay local, as in PyTorch). A blocking collective:
+    // its time is waiting (Comm), not optimizer compute (the straggler scores).
+    if (time_phases_) phases_.begin_wait();
     data_comm_.allreduce_avg(model_.params());
+    if (time_phases_) phases_.end_wait();
   }
   if (mb.count > 1) ops_.zero(grad_sum_.numel(), grad_sum_.data());  // the next step's sum
   mark(Phase::Optimizer);
 }
 
 void Trainer::mark(Phase p) {
+  if (debug_slow_) debug_slow_phase(*debug_slow_, comm_.rank(), p);  // a test seam
   if (time_phases_) phases_.mark(p);
 }
 
@@ -316,7 +326,10 @@ void Trainer::end_micro(int n) {
 }
 
 void Trainer::end_step() {
-  if (time_phases_) phases_.end();
+  if (time_phases_) {
+    phases_.end();
+    if (stragglers_) stragglers_->add(phases_.last());
+  }
   sgd_.count_step();
   reducer_->count_step();
   ++step_;
@@ -598,6 +611,11 @@ int Trainer::after_step(std::int64_t first_step) {
                      images_ / elapsed, (total_steps_ - step_) / rate);
   }
   if (step_ % cfg_.log_every == 0) log_window();
+  if (stragglers_ && step_ % straggler_every_ == 0) {
+    // Collective (one allgather per window): every rank's compute time, scored the same on all.
+    for (const StragglerEvent& e : stragglers_->end_window(comm_))
+      report_.straggler(position(), e, stragglers_->ranks(), stragglers_->threshold());
+  }
   // Collective, every step: a stop signal on any rank stops all of them here, together.
   const int stop = agree_stop_signal(comm_);
   if (stop != 0) {
@@ -647,6 +665,20 @@ EvalResult Trainer::end_epoch(bool epoch_done) {
   return e;
 }
 
+void Trainer::watch_stragglers(std::vector<RankPlacement> ranks) {
+  straggler_every_ = cfg_.straggler_every < 0 ? cfg_.log_every : cfg_.straggler_every;
+  if (straggler_every_ == 0) return;
+  if (graphs_ && (tracer_ == nullptr || !tracer_->on())) {
+    // A graph replay runs no host code and, without --trace, records no CUDA events: the monitor
+    // would see no compute at all (first GPU run: a node table of 0.00 ms/step).
+    log_.info(
+        "straggler watch off: CUDA graph replays are not timed per phase without --trace; "
+        "--trace DIR or --cuda-graphs off turns it on");
+    return;
+  }
+  stragglers_ = std::make_unique<StragglerMonitor>(cfg_.straggler_threshold, std::move(ranks));
+}
+
 TrainResult Trainer::run() {
   TrainResult res;
   DistributedSampler sampler(data_.train.count, comm_.rank(), comm_.size(), cfg_.shuffle, cfg_.seed,
@@ -685,6 +717,7 @@ TrainResult Trainer::run() {
     checkpoint("epoch end");
   }
   if (graphs_) report_.graphs(graphs_->captured(), replays_, micro_runs_);
+  if (stragglers_) report_.node_table(stragglers_->node_table(), stragglers_->threshold());
   // End of training (a no-op when the epoch end just wrote this step).
   if (stop == 0) checkpoint("end");
   res.stop_signal = stop;

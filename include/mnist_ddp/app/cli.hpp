@@ -57,6 +57,8 @@ struct Config {
   std::string resume = "none";  // none | auto | PATH
   std::int64_t log_every = 50;
   std::int64_t check_replicas = 0;
+  std::int64_t straggler_every = -1;  // steps per straggler window; -1: --log-every; 0: off
+  double straggler_threshold = 0.7;   // a rank scoring below this two windows running is slow
   int bucket_cap_kb = 25;  // gives this model 3 buckets: fc (61 KiB), layer2 (50 KiB), layer1
   bool no_overlap = false;
   OverlapEngine overlap_engine = OverlapEngine::Test;
@@ -82,6 +84,7 @@ struct Config {
   std::string trace_steps;              // --trace-steps A:B ("": the default window)
   std::string debug_sample_log;         // test seam: DIR for each rank's consumed sample indices
   bool debug_fail_capture = false;  // test seam: every CUDA graph capture fails (eager fallback)
+  std::string debug_slow;           // test seam: RANK:PHASE:MS, a rank's phase made MS slower
   bool requeue = false;             // on the requeue signal / SIGTERM under Slurm: scontrol requeue
   int requeue_signal = SIGUSR1;     // --requeue-signal (signals.hpp parse_signal)
   Progress progress = Progress::Auto;

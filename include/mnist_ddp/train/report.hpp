@@ -12,6 +12,7 @@
 #include "mnist_ddp/dist/reducer.hpp"
 #include "mnist_ddp/runtime/log.hpp"
 #include "mnist_ddp/train/step_phases.hpp"
+#include "mnist_ddp/train/straggler.hpp"
 
 namespace mnist_ddp {
 
@@ -74,6 +75,11 @@ class Reporter {
   void capture_fell_back(int batch, const std::string& why);
   // runs: the steps of this run (micro-batches with --accumulate), replayed of them.
   void graphs(int captured, std::int64_t replayed, std::int64_t runs);
+  // A rank became a straggler, or recovered (straggler.hpp): one line and a JSONL record.
+  void straggler(const StepPosition& at, const StragglerEvent& e,
+                 const std::vector<RankPlacement>& ranks, double threshold);
+  // The end-of-run table per node: lines and one JSONL record.
+  void node_table(const std::vector<NodeRow>& rows, double threshold);
 
  private:
   const Config& cfg_;

@@ -41,8 +41,14 @@ class StepPhases {
   // Phase p ended now (it began at the previous mark, or at begin()). Phases are marked in order;
   // a phase not marked in a step counts 0 for it.
   void mark(Phase p);
+  // A blocking collective inside a phase (the BN-buffer broadcast inside data): the time between
+  // the two counts as Comm (waiting for the other ranks), not as the phase around it.
+  void begin_wait();
+  void end_wait();
   // The step ended: its phases join the samples.
   void end();
+  // The phases of the step that ended (or was added) last.
+  const PhaseSeconds& last() const { return last_step_; }
   // A step timed elsewhere (a GPU step's CUDA events) joins the samples.
   void add(const PhaseSeconds& step);
   std::size_t steps() const { return samples_[0].size(); }
@@ -51,7 +57,10 @@ class StepPhases {
 
  private:
   Clock::time_point last_{};
+  Clock::time_point wait_begin_{};
+  double waited_ = 0;  // seconds moved to Comm since the previous mark
   PhaseSeconds current_{};
+  PhaseSeconds last_step_{};
   std::array<std::vector<double>, kPhases> samples_;
 };
 

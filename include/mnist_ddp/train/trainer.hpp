@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -19,9 +20,11 @@
 #include "mnist_ddp/model/tensor.hpp"
 #include "mnist_ddp/ops/step_graph.hpp"
 #include "mnist_ddp/runtime/log.hpp"
+#include "mnist_ddp/train/debug_seams.hpp"
 #include "mnist_ddp/train/report.hpp"
 #include "mnist_ddp/train/step_phases.hpp"
 #include "mnist_ddp/train/stopwatch.hpp"
+#include "mnist_ddp/train/straggler.hpp"
 
 namespace mnist_ddp {
 
@@ -100,6 +103,10 @@ class Trainer {
   // carry: new for a fresh run, the checkpoint's when resumed (rank 0's is the one written).
   std::int64_t step() const { return step_; }
   const std::string& run_id() const { return run_id_; }
+  // Straggler detection over these ranks (every rank's placement, in rank order): every
+  // --straggler-every steps a window is scored, and the run ends with the per-node table. Off
+  // with --straggler-every 0. Call before run(), on every rank.
+  void watch_stragglers(std::vector<RankPlacement> ranks);
 
  private:
   // One optimizer step over micro-batches of these sizes at offset_ (one without --accumulate):
@@ -174,10 +181,13 @@ class Trainer {
   std::string last_checkpoint_;
   std::string run_id_;             // the lineage (new_run_id(), or the resumed checkpoint's)
   bool foreign_reported_ = false;  // checkpoints of other runs in the directory: said once
-  Stopwatch clock_;                // training time of this run (no evaluation, no checkpoints)
-  StepPhases phases_;              // where each step's time goes (the epoch's medians)
-  bool time_phases_ = false;       // host clocks time the step: the CPU backend
-  std::int64_t images_ = 0;        // global training images of this run
+  std::unique_ptr<StragglerMonitor> stragglers_;  // watch_stragglers(); null: off
+  std::int64_t straggler_every_ = 0;              // steps per window
+  std::optional<DebugSlow> debug_slow_;           // --debug-slow (a test seam)
+  Stopwatch clock_;           // training time of this run (no evaluation, no checkpoints)
+  StepPhases phases_;         // where each step's time goes (the epoch's medians)
+  bool time_phases_ = false;  // host clocks time the step: the CPU backend
+  std::int64_t images_ = 0;   // global training images of this run
   std::chrono::steady_clock::time_point last_progress_{};  // the last progress line
   double window_loss_ = 0;
   std::int64_t window_images_ = 0;

@@ -1,0 +1,140 @@
+#!/bin/bash
+# check_cluster.sh — which node of an allocation is slow, in about a minute, before a long job
+# runs on it. Inside `salloc` (`slurm/check_cluster.sh [flags]`) or as a batch job (`sbatch -N4
+# slurm/check_cluster.sh [flags]`). Three measurements, one table, one JSON file, one exit status:
+#   1. each node's training throughput alone: one rank on every node at once (separate srun steps,
+#      so no node waits for another), ROUNDS rounds, the median per node; the spread between a
+#      node's rounds is the noise this allocation has, measured, not assumed;
+#   2. the all-reduce bus bandwidth between the nodes (build/bench/comm_bench, one rank per node,
+#      nccl-tests' algbw/busbw: busbw = algbw x 2(n-1)/n), 4 MiB messages;
+#   3. a short run on every task of the allocation with mnist_ddp's straggler detection: its
+#      per-node table (each node's median compute per step, waits for other nodes left out).
+# A node is WARN when its score (the fastest node's throughput / its own, from 1 and from 3,
+# whichever is lower) is below --warn, CRITICAL below --critical; a score is only believed below
+# 1 - 3 x the measured noise (so a noisy allocation does not blame a node for its own jitter).
+# Exit 0 OK, 1 WARN, 2 CRITICAL (the last line names the nodes), 3 when the check itself failed.
+#   --warn S (0.8)  --critical S (0.6)  --rounds R (2)  --steps N (40, per measurement)
+#   --data DIR (data/dataset)  --device cpu|cuda (cpu)  --json FILE (check_cluster.json)
+#   --out DIR (check_cluster.<job id>)  --seconds S (60: a budget each step is cut to)
+set -uo pipefail
+cd "${SLURM_SUBMIT_DIR:-.}" || exit 3
+WARN=0.8 CRIT=0.6 ROUNDS=2 STEPS=40 DATA=data/dataset DEVICE=cpu JSON="" OUTD="" BUDGET=60
+usage() { sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; }
+while (($#)); do
+  case "$1" in
+    --warn) WARN="$2"; shift 2 ;;
+    --critical) CRIT="$2"; shift 2 ;;
+    --rounds) ROUNDS="$2"; shift 2 ;;
+    --steps) STEPS="$2"; shift 2 ;;
+    --data) DATA="$2"; shift 2 ;;
+    --device) DEVICE="$2"; shift 2 ;;
+    --json) JSON="$2"; shift 2 ;;
+    --out) OUTD="$2"; shift 2 ;;
+    --seconds) BUDGET="$2"; shift 2 ;;
+    -h | --help) usage; exit 0 ;;
+    *) echo "check_cluster.sh: unknown flag $1 (--help lists them)" >&2; exit 3 ;;
+  esac
+done
+num() { [[ "$1" =~ ^[0-9]+([.][0-9]+)?$ ]]; }
+for v in "$WARN" "$CRIT" "$ROUNDS" "$STEPS" "$BUDGET"; do
+  num "$v" || { echo "check_cluster.sh: '$v' is not a number (--help)" >&2; exit 3; }
+done
+if [[ -z "${SLURM_JOB_ID:-}" ]]; then
+  echo "check_cluster.sh: not inside a Slurm allocation: run it in salloc, or sbatch it" >&2
+  exit 3
+fi
+mapfile -t NODES < <(scontrol show hostnames "${SLURM_JOB_NODELIST:-}")
+((${#NODES[@]} > 0)) || { echo "check_cluster.sh: no nodes in SLURM_JOB_NODELIST" >&2; exit 3; }
+OUTD="${OUTD:-check_cluster.$SLURM_JOB_ID}"
+JSON="${JSON:-$OUTD/check_cluster.json}"
+mkdir -p "$OUTD" || exit 3
+ROOT="${MNIST_DDP_ROOT:-$PWD}"
+BIN="$(command -v mnist_ddp || echo "$ROOT/mnist_ddp")"
+COMM_BENCH="$ROOT/build/bench/comm_bench"
+T0=$SECONDS
+left() { local l=$((BUDGET - (SECONDS - T0))); ((l < 10)) && l=10; echo "$l"; }
+RUN=(--device "$DEVICE" --data "$DATA" --epochs 1 --max-steps "$STEPS" --progress off --threads 1)
+
+# 1. Alone: one rank per node, every node at once, ROUNDS rounds.
+echo "check_cluster: ${#NODES[@]} node(s): ${NODES[*]}; $ROUNDS round(s) alone, then bandwidth, then all together"
+for ((r = 1; r <= ROUNDS; r++)); do
+  for n in "${NODES[@]}"; do
+    d="$OUTD/alone-$n-r$r"
+    timeout "$(left)" srun --mpi=pmix -N1 -n1 -w "$n" --exact "$BIN" "${RUN[@]}" --straggler-every 0 \
+      --checkpoint-dir "$d/ckpt" --log-dir "$d" >"$d.out" 2>&1 &
+  done
+  wait
+done
+# 2. Bandwidth between the nodes (one rank each).
+bus="-"
+if ((${#NODES[@]} > 1)) && [[ -x "$COMM_BENCH" ]]; then
+  timeout "$(left)" srun --mpi=pmix -N "${#NODES[@]}" --ntasks-per-node=1 "$COMM_BENCH" \
+    --benchmark_filter='BM_AllreduceMpi/4194304$' --benchmark_format=json >"$OUTD/comm_bench.json" 2>"$OUTD/comm_bench.err"
+fi
+# 3. Every task of the allocation, with straggler detection (windows of 10 steps).
+timeout "$(left)" srun --mpi=pmix --kill-on-bad-exit=1 "$BIN" "${RUN[@]}" --straggler-every 10 --log-every 10 \
+  --checkpoint-dir "$OUTD/all/ckpt" --log-dir "$OUTD/all" >"$OUTD/all.out" 2>&1
+
+python3 - "$OUTD" "$JSON" "$WARN" "$CRIT" "$ROUNDS" "${NODES[@]}" <<'PY'
+import json, os, statistics, sys
+outd, path, warn, crit, rounds = sys.argv[1], sys.argv[2], float(sys.argv[3]), float(sys.argv[4]), int(sys.argv[5])
+nodes = sys.argv[6:]
+
+def done_ips(log_dir):
+    try:
+        recs = [json.loads(l) for l in open(os.path.join(log_dir, "metrics.jsonl"))]
+        return [r for r in recs if r.get("event") == "done"][-1]["images_per_s"]
+    except Exception:
+        return None
+
+alone = {n: [v for v in (done_ips(f"{outd}/alone-{n}-r{r}") for r in range(1, rounds + 1)) if v] for n in nodes}
+med = {n: statistics.median(v) if v else None for n, v in alone.items()}
+spread = {n: (max(v) - min(v)) / statistics.median(v) if len(v) > 1 else 0.0 for n, v in alone.items()}
+noise = max(spread.values(), default=0.0)
+best = max((v for v in med.values() if v), default=None)
+try:
+    table = [json.loads(l) for l in open(f"{outd}/all/metrics.jsonl") if '"nodes"' in l][-1]["nodes"]
+    together = {r["host"]: r["score"] for r in table}
+except Exception:
+    together = {}
+try:
+    b = json.load(open(f"{outd}/comm_bench.json"))["benchmarks"][0]
+    bus = {"busbw_GBps": b["busbw_GBps"], "algbw_GBps": b["algbw_GBps"], "bytes": 4 << 20}
+except Exception:
+    bus = None
+# A score is believed below 1 only beyond 3x the measured noise.
+believable = max(0.0, 1 - 3 * noise)
+rows, worst = [], 0
+for n in nodes:
+    s_alone = med[n] / best if med[n] and best else None
+    s_all = together.get(n)
+    scores = [s for s in (s_alone, s_all) if s is not None]
+    score = min(scores) if scores else None
+    if score is None:
+        verdict, level = "FAILED (no measurement)", 2
+    elif score < crit and score < believable:
+        verdict, level = "CRITICAL", 2
+    elif score < warn and score < believable:
+        verdict, level = "WARN", 1
+    else:
+        verdict, level = "OK", 0
+    worst = max(worst, level)
+    rows.append({"node": n, "alone_images_per_s": med[n], "alone_runs": alone[n], "alone_score": s_alone,
+                 "together_score": s_all, "score": score, "verdict": verdict, "level": level})
+fmt = lambda v, f: f % v if v is not None else "-"
+print(f"{'node':16} {'alone img/s':>11} {'score':>6} {'together':>8}  verdict")
+for r in sorted(rows, key=lambda r: (r["score"] if r["score"] is not None else -1)):
+    print(f"{r['node']:16} {fmt(r['alone_images_per_s'], '%11.0f')} {fmt(r['alone_score'], '%6.2f')} "
+          f"{fmt(r['together_score'], '%8.2f')}  {r['verdict']}")
+print("all-reduce between the nodes (4 MiB, one rank a node): " +
+      (f"busbw {bus['busbw_GBps']:.2f} GB/s, algbw {bus['algbw_GBps']:.2f} GB/s" if bus else "not measured"))
+print(f"noise: a node's rounds differed by up to {100 * noise:.1f}% ({rounds} rounds); thresholds: WARN < "
+      f"{warn:.2f}, CRITICAL < {crit:.2f}, and only below {believable:.2f} (1 - 3 x noise)")
+bad = [r["node"] for r in rows if r["level"] == worst and worst > 0]
+status = ["OK", "WARN", "CRITICAL"][worst]
+json.dump({"nodes": rows, "allreduce": bus, "noise": noise, "thresholds": {"warn": warn, "critical": crit,
+           "believable_below": believable}, "status": status, "slow_nodes": bad}, open(path, "w"), indent=1)
+print(f"check_cluster: {status}" + (f": {' '.join(bad)}" if bad else f": {len(nodes)} node(s) within the thresholds") +
+      f" (JSON: {path})")
+sys.exit(worst)
+PY

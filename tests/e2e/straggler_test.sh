@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# straggler_test.sh — which rank is slow, under mpirun on the CPU: a rank whose backward is
+# delayed (--debug-slow RANK:backward:MS) is named with its phase, though the all-reduce makes
+# every rank's step equal; a rank whose data loading is delayed likewise (rank 0: the BN-buffer
+# broadcast its peers wait in must count as waiting, not as their data); a rank slowed from
+# outside the program (SIGSTOP/SIGCONT in a duty cycle) is named; and 10 healthy runs name nobody.
+# Each must fail if the detector names the wrong rank or stays silent.
+source "$(dirname "$0")/lib.sh"
+DATA="$(small_data)"
+# 2 ranks, windows of 5 steps (4 to 8 windows a run) on the 6,000-image subset.
+COMMON=(--device cpu --data "$DATA" --epochs 2 --progress off --straggler-every 5 --log-every 5)
+# named LOG: the ranks the run's straggler warnings name ("1 backward" per line).
+named() { sed -n 's/^straggler: rank \([0-9]*\) (host [^,]*, [^)]*) is slow in \([a-z]*\):.*/\1 \2/p' "$1" | sort -u | tr '\n' ';'; }
+records() {  # the JSONL straggler records: "rank phase state" per line
+  python3 -c "
+import json, sys
+for l in open(sys.argv[1]):
+    r = json.loads(l)
+    if r.get('event') == 'straggler':
+        print(r['rank'], r['phase'], r['state'], '%.2f' % r['relative_score'])" "$1" 2>&1 | tr '\n' ';'
+}
+
+# --- a seam: rank 1's backward 80 ms slower every step -----------------------------------------
+run slow_backward 180 mpirun -np 2 "$BIN" "${COMMON[@]}" --max-steps 30 --debug-slow 1:backward:80 --log-dir "$TMP/sb" --checkpoint-dir "$TMP/sb"
+if [[ $RC -eq 0 && "$(named "$OUT")" == "1 backward;" ]] && [[ "$(records "$TMP/sb/metrics.jsonl")" == "1 backward slow "* ]] &&
+   grep -q "the other ranks wait [0-9.]* ms/step for it" "$OUT"; then
+  pass "delayed_backward_names_rank_1_and_backward ($(grep -m1 -o 'score [0-9.]* for 2 windows' "$OUT"); $(grep -m1 -o 'wait [0-9.]* ms/step for it, [0-9]*%' "$OUT"))"
+else
+  fail "slow_backward rc=$RC named='$(named "$OUT")' records='$(records "$TMP/sb/metrics.jsonl")'" "$(grep straggler "$OUT")" "$(show)"
+fi
+
+# --- a seam: rank 0's data loading 80 ms slower --------------------------------------------------
+run slow_data 180 mpirun -np 2 "$BIN" "${COMMON[@]}" --max-steps 30 --debug-slow 0:data:80 --log-dir "$TMP/sd" --checkpoint-dir "$TMP/sd"
+if [[ $RC -eq 0 && "$(named "$OUT")" == "0 data;" ]] && [[ "$(records "$TMP/sd/metrics.jsonl")" == "0 data slow "* ]]; then
+  pass "delayed_data_loading_names_rank_0_and_data ($(grep -m1 -o 'score [0-9.]* for 2 windows' "$OUT"))"
+else
+  fail "slow_data rc=$RC named='$(named "$OUT")'" "$(grep straggler "$OUT")" "$(show)"
+fi
+
+# --- from outside: rank 1 stopped 40 ms of every 80 (SIGSTOP/SIGCONT), no seam ---------------------
+mpirun -np 2 "$BIN" "${COMMON[@]}" --max-steps 60 --log-dir "$TMP/ss" --checkpoint-dir "$TMP/ss" >"$TMP/ss.out" 2>&1 &
+job=$!
+victim=""
+for ((i = 0; i < 300; i++)); do
+  [[ -n "$victim" ]] && break
+  for p in $(pgrep -f -- "--log-dir $TMP/ss"); do
+    if tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=1"; then victim=$p; fi
+  done
+  sleep 0.1
+done
+stopped=0
+while kill -0 "$job" 2>/dev/null; do
+  kill -STOP "$victim" 2>/dev/null && stopped=$((stopped + 1))
+  sleep 0.04
+  kill -CONT "$victim" 2>/dev/null
+  sleep 0.04
+done
+kill -CONT "$victim" 2>/dev/null
+wait "$job"
+rc=$?
+if [[ -n "$victim" && $rc -eq 0 && "$(named "$TMP/ss.out")" == "1 "* && "$(named "$TMP/ss.out")" != *"0 "* ]]; then
+  pass "rank_stopped_from_outside_is_named ($stopped stops of pid $victim; $(grep -m1 -o 'rank 1 .* is slow in [a-z]*: score [0-9.]*' "$TMP/ss.out"))"
+else
+  fail "sigstop_duty_cycle victim=$victim rc=$rc named='$(named "$TMP/ss.out")'" "$(grep -E 'straggler|done|error' "$TMP/ss.out")"
+fi
+
+# --- 10 healthy runs: nobody named (the false-positive figure) -----------------------------------
+warned=0 windows=0
+for i in $(seq 1 10); do
+  run "healthy_$i" 120 mpirun -np 2 "$BIN" "${COMMON[@]}" --max-steps 40 --seed "$i" --log-dir "$TMP/h$i" --checkpoint-dir "$TMP/h$i"
+  [[ $RC -eq 0 ]] || warned=$((warned + 100))
+  warned=$((warned + $(grep -c '^straggler: ' "$OUT")))
+  windows=$((windows + 40 / 5))
+done
+if ((warned == 0)); then
+  pass "ten_healthy_runs_name_no_straggler (0 warnings in $windows windows of 5 steps, 2 ranks)"
+else
+  fail "healthy runs: $warned warnings (or failures x100)" "$(grep -h '^straggler: ' "$TMP"/healthy_*.out)"
+fi
+finish
