@@ -35,9 +35,14 @@ while (($#)); do
     *) echo "check_cluster.sh: unknown flag $1 (--help lists them)" >&2; exit 3 ;;
   esac
 done
-num() { [[ "$1" =~ ^[0-9]+([.][0-9]+)?$ ]]; }
-for v in "$WARN" "$CRIT" "$ROUNDS" "$STEPS" "$BUDGET"; do
-  num "$v" || { echo "check_cluster.sh: '$v' is not a number (--help)" >&2; exit 3; }
+bad() { echo "check_cluster.sh: $* (--help)" >&2; exit 3; }
+for f in "--warn $WARN" "--critical $CRIT"; do
+  [[ "${f#* }" =~ ^(0?[.][0-9]+|1([.]0*)?)$ ]] || bad "$f: give a score between 0 and 1"
+done
+awk -v w="$WARN" -v c="$CRIT" 'BEGIN { exit !(c > 0 && c <= w) }' ||
+  bad "--critical $CRIT must be above 0 and at most --warn $WARN"
+for f in "--rounds $ROUNDS" "--steps $STEPS" "--seconds $BUDGET"; do
+  [[ "${f#* }" =~ ^[1-9][0-9]*$ ]] || bad "$f: give a whole number above 0"
 done
 if [[ -z "${SLURM_JOB_ID:-}" ]]; then
   echo "check_cluster.sh: not inside a Slurm allocation: run it in salloc, or sbatch it" >&2
@@ -60,6 +65,9 @@ echo "check_cluster: ${#NODES[@]} node(s): ${NODES[*]}; $ROUNDS round(s) alone, 
 for ((r = 1; r <= ROUNDS; r++)); do
   for n in "${NODES[@]}"; do
     d="$OUTD/alone-$n-r$r"
+    # Each measurement starts from an empty folder: a rerun in the same allocation (or --out) must
+    # not meet the previous run's checkpoints, which mnist_ddp refuses to overwrite.
+    rm -rf "$d"
     timeout "$(left)" srun --mpi=pmix -N1 -n1 -w "$n" --exact "$BIN" "${RUN[@]}" --straggler-every 0 \
       --checkpoint-dir "$d/ckpt" --log-dir "$d" >"$d.out" 2>&1 &
   done
@@ -67,11 +75,13 @@ for ((r = 1; r <= ROUNDS; r++)); do
 done
 # 2. Bandwidth between the nodes (one rank each).
 bus="-"
+rm -f "$OUTD/comm_bench.json"
 if ((${#NODES[@]} > 1)) && [[ -x "$COMM_BENCH" ]]; then
   timeout "$(left)" srun --mpi=pmix -N "${#NODES[@]}" --ntasks-per-node=1 "$COMM_BENCH" \
     --benchmark_filter='BM_AllreduceMpi/4194304$' --benchmark_format=json >"$OUTD/comm_bench.json" 2>"$OUTD/comm_bench.err"
 fi
 # 3. Every task of the allocation, with straggler detection (windows of 10 steps).
+rm -rf "$OUTD/all"
 timeout "$(left)" srun --mpi=pmix --kill-on-bad-exit=1 "$BIN" "${RUN[@]}" --straggler-every 10 --log-every 10 \
   --checkpoint-dir "$OUTD/all/ckpt" --log-dir "$OUTD/all" >"$OUTD/all.out" 2>&1
 
@@ -130,6 +140,11 @@ print("all-reduce between the nodes (4 MiB, one rank a node): " +
       (f"busbw {bus['busbw_GBps']:.2f} GB/s, algbw {bus['algbw_GBps']:.2f} GB/s" if bus else "not measured"))
 print(f"noise: a node's rounds differed by up to {100 * noise:.1f}% ({rounds} rounds); thresholds: WARN < "
       f"{warn:.2f}, CRITICAL < {crit:.2f}, and only below {believable:.2f} (1 - 3 x noise)")
+if all(r["score"] is None for r in rows):
+    # Nothing measured on any node: the check failed (binary, data, srun), not the nodes.
+    print(f"check_cluster: FAILED: no node gave a measurement; see {outd}/alone-*.out and {outd}/all.out",
+          file=sys.stderr)
+    sys.exit(3)
 bad = [r["node"] for r in rows if r["level"] == worst and worst > 0]
 status = ["OK", "WARN", "CRITICAL"][worst]
 json.dump({"nodes": rows, "allreduce": bus, "noise": noise, "thresholds": {"warn": warn, "critical": crit,

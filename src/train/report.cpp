@@ -208,25 +208,46 @@ std::string rank_list(const std::vector<int>& r) {
 }
 }  // namespace
 
+std::string straggler_line(std::int64_t step, const StragglerEvent& e,
+                           const std::vector<RankPlacement>& ranks, double threshold) {
+  const RankScore& s = e.score;
+  const RankPlacement& p = ranks[static_cast<std::size_t>(s.rank)];
+  if (ranks.size() == 1) {
+    // A world of one: its own best window is the yardstick, and nobody waits for it.
+    if (e.recovered) {
+      return fmt::format(
+          "straggler: rank {} (host {}) recovered at step {}: score {:.2f} (compute {:.2f} "
+          "ms/step, its own best {:.2f})",
+          s.rank, p.host, step, s.individual, e.compute_ms, e.compute_ms * s.individual);
+    }
+    return fmt::format(
+        "straggler: rank {} (host {}, {}) is slower than its own best: score {:.2f} for {} "
+        "windows below {:.2f} (compute {:.2f} ms/step against its own best {:.2f})",
+        s.rank, p.host, p.device, s.individual, e.windows_below, threshold, e.compute_ms,
+        e.compute_ms * s.individual);
+  }
+  if (e.recovered) {
+    return fmt::format(
+        "straggler: rank {} (host {}) recovered at step {}: score {:.2f} (compute {:.2f} ms/step "
+        "against {:.2f} on rank {}, the fastest)",
+        s.rank, p.host, step, s.relative, e.compute_ms, e.fastest_ms, e.fastest_rank);
+  }
+  return fmt::format(
+      "straggler: rank {} (host {}, {}) is slow in {}: score {:.2f} for {} windows below {:.2f} "
+      "(compute {:.2f} ms/step against {:.2f} on rank {}, the fastest; its own best {:.2f}); "
+      "the other ranks wait {:.2f} ms/step for it, {:.0f}% of their step time",
+      s.rank, p.host, p.device, name_in(kPhaseNames, s.slow_phase), s.relative, e.windows_below,
+      threshold, e.compute_ms, e.fastest_ms, e.fastest_rank, e.compute_ms * s.individual,
+      s.excess_ms, 100 * s.cost);
+}
+
 void Reporter::straggler(const StepPosition& at, const StragglerEvent& e,
                          const std::vector<RankPlacement>& ranks, double threshold) {
   const RankScore& s = e.score;
   const RankPlacement& p = ranks[static_cast<std::size_t>(s.rank)];
-  const std::string phase(name_in(kPhaseNames, s.slow_phase));
-  if (e.recovered) {
-    log_.info(fmt::format(
-        "straggler: rank {} (host {}) recovered at step {}: score {:.2f} (compute {:.2f} ms/step "
-        "against {:.2f} on rank {}, the fastest)",
-        s.rank, p.host, at.step, s.relative, e.compute_ms, e.fastest_ms, e.fastest_rank));
-  } else {
-    log_.info(fmt::format(
-        "straggler: rank {} (host {}, {}) is slow in {}: score {:.2f} for {} windows below {:.2f} "
-        "(compute {:.2f} ms/step against {:.2f} on rank {}, the fastest; its own best {:.2f}); "
-        "the other ranks wait {:.2f} ms/step for it, {:.0f}% of their step time",
-        s.rank, p.host, p.device, phase, ranks.size() > 1 ? s.relative : s.individual,
-        e.windows_below, threshold, e.compute_ms, e.fastest_ms, e.fastest_rank,
-        e.compute_ms * s.individual, s.excess_ms, 100 * s.cost));
-  }
+  // A world of one has no faster rank to lose a phase against: no phase.
+  const std::string phase(ranks.size() > 1 ? name_in(kPhaseNames, s.slow_phase) : "");
+  log_.info(straggler_line(at.step, e, ranks, threshold));
   log_.metrics({{"event", "straggler"},
                 {"step", at.step},
                 {"state", e.recovered ? "recovered" : "slow"},

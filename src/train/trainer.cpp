@@ -673,7 +673,7 @@ void Trainer::watch_stragglers(std::vector<RankPlacement> ranks) {
     // would see no compute at all (first GPU run: a node table of 0.00 ms/step).
     log_.info(
         "straggler watch off: CUDA graph replays are not timed per phase without --trace; "
-        "--trace DIR or --cuda-graphs off turns it on");
+        "--trace FILE or --cuda-graphs off turns it on");
     return;
   }
   stragglers_ = std::make_unique<StragglerMonitor>(cfg_.straggler_threshold, std::move(ranks));

@@ -77,4 +77,23 @@ if ((warned == 0)); then
 else
   fail "healthy runs: $warned warnings (or failures x100)" "$(grep -h '^straggler: ' "$TMP"/healthy_*.out)"
 fi
+# slurm/check_cluster.sh's own mistakes: exit 3 and one line naming the flag (the Slurm suite runs
+# the check itself); outside an allocation it says so instead of measuring nothing.
+cc_ok=1 cc_lines=()
+for args in "--warn x" "--warn 1.5" "--critical 0.9" "--rounds 1.5" "--steps 0" "--bogus" ""; do
+  # shellcheck disable=SC2086
+  out=$(env -u SLURM_JOB_ID bash "$REPO/slurm/check_cluster.sh" $args 2>&1); rc=$?
+  cc_lines+=("[$args] rc=$rc: $out")
+  [[ $rc -eq 3 && $(wc -l <<<"$out") -eq 1 && "$out" == check_cluster.sh:* ]] || cc_ok=0
+  case "$args" in
+    "") [[ "$out" == *"not inside a Slurm allocation"* ]] || cc_ok=0 ;;
+    --bogus) [[ "$out" == *"unknown flag --bogus"* ]] || cc_ok=0 ;;
+    *) [[ "$out" == *"${args%% *}"* ]] || cc_ok=0 ;;
+  esac
+done
+if ((cc_ok)); then
+  pass "check_cluster_bad_flags_exit_3_naming_the_flag"
+else
+  fail "check_cluster_bad_flags" "${cc_lines[@]}"
+fi
 finish

@@ -160,6 +160,32 @@ TEST(Cli, AccumulateParsesAndItsMistakesNameIt) {
             std::string::npos);
 }
 
+TEST(Cli, StragglerFlagsParseAndTheirMistakesNameTheFlag) {
+  const Config d = parse_ok({});
+  EXPECT_EQ(d.straggler_every, -1);  // the --log-every window
+  EXPECT_DOUBLE_EQ(d.straggler_threshold, 0.7);
+  const Config c = parse_ok(
+      {"--straggler-every", "0", "--straggler-threshold", "0.5", "--debug-slow", "1:backward:200"});
+  EXPECT_EQ(c.straggler_every, 0);
+  EXPECT_DOUBLE_EQ(c.straggler_threshold, 0.5);
+  EXPECT_NE(config_json(c).find(R"("straggler_threshold":0.5)"), std::string::npos);
+  for (const char* bad : {"-2", "x", "1.5"}) {
+    EXPECT_NE(parse_error({"--straggler-every", bad}).find("--straggler-every"), std::string::npos)
+        << bad;
+  }
+  for (const char* bad : {"0", "1.5", "-0.7", "x"}) {
+    EXPECT_NE(parse_error({"--straggler-threshold", bad}).find("--straggler-threshold"),
+              std::string::npos)
+        << bad;
+  }
+  for (const char* bad : {"1:comm:5", "1:backward", "x:data:5", "1:data:0", "1:lunch:5"}) {
+    EXPECT_NE(parse_error({"--debug-slow", bad})
+                  .find("--debug-slow " + std::string(bad) + ": give RANK:PHASE:MS"),
+              std::string::npos)
+        << bad;
+  }
+}
+
 TEST(Cli, ReadmeDocumentsEveryFlag) {
   std::ifstream f("README.md");
   ASSERT_TRUE(f) << "run from the repository root";

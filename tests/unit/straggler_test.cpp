@@ -1,11 +1,12 @@
 // straggler_test.cpp — the straggler scores (score_window): relative to the fastest rank and to
 // the rank's own best window, the slow phase, the cost to the other ranks; and the --debug-slow
-// seam's parser.
+// seam's parser; the warning line, with several ranks and in a world of one.
 #include <gtest/gtest.h>
 
 #include <vector>
 
 #include "mnist_ddp/train/debug_seams.hpp"
+#include "mnist_ddp/train/report.hpp"
 #include "mnist_ddp/train/straggler.hpp"
 
 namespace mnist_ddp {
@@ -63,6 +64,38 @@ TEST(DebugSlowSeam, ParsesRankPhaseMsAndRefusesTheRest) {
   for (const char* bad : {"", "3", "3:backward", "x:backward:5", "3:comm:5", "3:sideways:5",
                           "3:backward:0", "3:backward:-1", "-1:data:5", "3:data:5ms"})
     EXPECT_FALSE(parse_debug_slow(bad).has_value()) << bad;
+}
+
+// The line a user acts on: who, where, which phase, how slow, what it costs the others. A world of
+// one names no phase and no cost (nobody waits for it): its yardstick is its own best window.
+TEST(StragglerLine, NamesRankHostDevicePhaseScoreAndCost) {
+  StragglerEvent e;
+  e.score.rank = 1;
+  e.score.relative = 0.5;
+  e.score.individual = 0.9;
+  e.score.slow_phase = Phase::Backward;
+  e.score.excess_ms = 10;
+  e.score.cost = 0.25;
+  e.compute_ms = 20;
+  e.fastest_ms = 10;
+  e.fastest_rank = 0;
+  e.windows_below = 2;
+  const std::vector<RankPlacement> two = {{0, 0, "nodeA", 0, "cpu"}, {1, 0, "nodeB", 0, "cpu"}};
+  EXPECT_EQ(straggler_line(40, e, two, 0.7),
+            "straggler: rank 1 (host nodeB, cpu) is slow in backward: score 0.50 for 2 windows "
+            "below 0.70 (compute 20.00 ms/step against 10.00 on rank 0, the fastest; its own best "
+            "18.00); the other ranks wait 10.00 ms/step for it, 25% of their step time");
+  e.recovered = true;
+  EXPECT_EQ(straggler_line(60, e, two, 0.7),
+            "straggler: rank 1 (host nodeB) recovered at step 60: score 0.50 (compute 20.00 "
+            "ms/step against 10.00 on rank 0, the fastest)");
+  e.recovered = false;
+  e.score.rank = 0;
+  e.score.individual = 0.5;
+  const std::vector<RankPlacement> one = {{0, 0, "solo", 0, "cuda:0"}};
+  EXPECT_EQ(straggler_line(40, e, one, 0.7),
+            "straggler: rank 0 (host solo, cuda:0) is slower than its own best: score 0.50 for 2 "
+            "windows below 0.70 (compute 20.00 ms/step against its own best 10.00)");
 }
 
 }  // namespace

@@ -16,6 +16,12 @@
 
 namespace mnist_ddp {
 
+// The line a straggler event prints (Reporter::straggler): rank, host, device, slow phase, score,
+// the cost to the others; a world of one is compared with its own best window, and names no
+// phase (it has no faster rank to lose against).
+std::string straggler_line(std::int64_t step, const StragglerEvent& e,
+                           const std::vector<RankPlacement>& ranks, double threshold);
+
 struct EvalResult {
   double loss = 0;  // mean over the test set
   double top1 = 0;  // fraction
