@@ -223,7 +223,9 @@ unset MNIST_DDP_CKPT MNIST_DDP_LOGS
 
 # 8. Restart after a failure (torchrun --max-restarts): a rank killed -9 mid-run; the batch script
 # relaunches from the newest checkpoint in the same allocation, the job completes, and its final
-# model equals an uninterrupted run's bit for bit. Bad input (exit 2) is never retried.
+# model equals an uninterrupted run's bit for bit. Bad input (exit 2) is never retried. The cause
+# srun reports is a race: the killed task (signal 9), or a peer whose MPI saw it die first (exit 1,
+# seen once so far); either must restart.
 R=(--data "$DATA" --epochs 4 --max-steps 120 --batch-size 20 --checkpoint-every 20 --log-every 5 --progress off)
 export MNIST_DDP_CKPT="$TMP/r0" MNIST_DDP_LOGS="$TMP/r0-log"
 submit restart_ref slurm/train_cpu_2x4.sh "${R[@]}"
@@ -236,7 +238,7 @@ victim=$(rank_pid "$TMP/r1" 2)
 kill -9 "$victim"
 STATE=$(job_wait "$id" 300)
 if [[ $ref_state == COMPLETED && -n "$victim" && "$STATE" == COMPLETED ]] &&
-   grep -q "mnist_ddp: restart 1/2 in job $id: a task was killed by signal 9" "$OUT" &&
+   grep -qE "mnist_ddp: restart 1/2 in job $id: a (task was killed by signal 9|rank failed \(crash)" "$OUT" &&
    grep -q "^resume: step [1-9][0-9]*, " "$OUT" && grep -q "done: 120 steps" "$OUT" &&
    h5diff -q "$TMP/r0/ckpt-00000120.h5" "$TMP/r1/ckpt-00000120.h5" /model /model &&
    h5diff -q "$TMP/r0/ckpt-00000120.h5" "$TMP/r1/ckpt-00000120.h5" /optimizer /optimizer; then
@@ -326,20 +328,21 @@ slow_node() {  # slow_node NODE: in the background until stop_slow
 }
 stop_slow() { kill "$SLOW_PID" 2>/dev/null; wait "$SLOW_PID" 2>/dev/null; pkill -CONT -x mnist_ddp; }
 exit_of() { scontrol show job "$1" | grep -o ' ExitCode=[0-9]*' | cut -d= -f2; }
+# Both checks write to one --out folder: a rerun must not trip over the first one's checkpoints.
 CC=(--data "$SMALL" --steps 30 --rounds 2)
 OUT="$TMP/cc_ok.out"
-id=$(sbatch --parsable -N2 --ntasks-per-node=4 -o "$OUT" slurm/check_cluster.sh "${CC[@]}" --out "$TMP/cc_ok")
+id=$(sbatch --parsable -N2 --ntasks-per-node=4 -o "$OUT" slurm/check_cluster.sh "${CC[@]}" --out "$TMP/cc")
 STATE=$(job_wait "$id" 300) ok_exit=$(exit_of "$id")
 ok_table=$(cat "$OUT")
 slow_node node2
 OUT="$TMP/cc_slow.out"
-id=$(sbatch --parsable -N2 --ntasks-per-node=4 -o "$OUT" slurm/check_cluster.sh "${CC[@]}" --out "$TMP/cc_slow")
+id=$(sbatch --parsable -N2 --ntasks-per-node=4 -o "$OUT" slurm/check_cluster.sh "${CC[@]}" --out "$TMP/cc")
 STATE=$(job_wait "$id" 300) slow_exit=$(exit_of "$id")
 stop_slow
 if [[ "$ok_exit" == 0 ]] && grep -q "^check_cluster: OK: 2 node(s) within the thresholds" <<<"$ok_table" &&
    [[ "$slow_exit" == 1 || "$slow_exit" == 2 ]] && grep -qE "^check_cluster: (WARN|CRITICAL): node2 \(JSON" "$OUT" &&
    grep -qE "^node2 .* (WARN|CRITICAL)$" "$OUT" && grep -qE "^node1 .* OK$" "$OUT" &&
-   python3 -c "import json,sys; d=json.load(open(sys.argv[1])); sys.exit(0 if d['slow_nodes']==['node2'] else 1)" "$TMP/cc_slow/check_cluster.json"; then
+   python3 -c "import json,sys; d=json.load(open(sys.argv[1])); sys.exit(0 if d['slow_nodes']==['node2'] else 1)" "$TMP/cc/check_cluster.json"; then
   pass "check_cluster_passes_a_healthy_allocation_and_names_the_slowed_node (exit $ok_exit, then $slow_exit: $(grep -o 'noise: [^;]*' <<<"$ok_table"))"
 else
   fail "check_cluster ok_exit=$ok_exit slow_exit=$slow_exit" "--- healthy" "$ok_table" "--- node2 slowed" "$(cat "$OUT")"
