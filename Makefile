@@ -248,7 +248,9 @@ FUZZ_TARGETS ?= idx checkpoint cli env
 # the library links from the ASan + UBSan build (build/asan: the same clang and sanitizers).
 # Coverage everywhere made every other function 2.6x slower and cost a third build of the tree.
 FUZZ_FLAGS := -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
-FUZZ_COVERED := src/data/idx.cpp src/checkpoint/checkpoint.cpp src/app/cli.cpp src/runtime/runtime.cpp
+FUZZ_COVERED := src/data/idx.cpp src/checkpoint/checkpoint.cpp src/checkpoint/schema.cpp \
+  src/checkpoint/hdf5_io.cpp src/checkpoint/file_crc.cpp src/checkpoint/weights_file.cpp \
+  src/app/cli.cpp src/app/flag_rules.cpp src/runtime/identity.cpp
 FUZZ_BASE ?= $(BUILD)
 fuzz:
 	@tools/install-deps.sh --tests
@@ -295,7 +297,7 @@ bench-only: all $(BENCH_BIN) $(COMM_BENCH_BIN)
 	@bench/run_bench.sh
 
 # Binaries + non-CUDA libraries + Open MPI runtime + data for a GPU machine without MPI/HDF5
-# (carry dist/, run tools/gpu-suite.sh there).
+# (carry bundle/, run tools/gpu-suite.sh there).
 # The bundle runs on another machine's CPU: a portable ISA level instead of -march=native (the
 # GPU kernels are sm_80/sm_90 either way; oneDNN and OpenBLAS pick their kernels at run time).
 BUNDLE_ARCH ?= -march=x86-64-v3
@@ -308,7 +310,7 @@ bundle:
 	@BUNDLE_BUILD=build/bundle tools/make-bundle.sh
 
 format:
-	clang-format -i include/mnist_ddp/*/*.hpp src/*/*.cpp src/*/*/*.cpp src/*/*.hpp src/*/*/*.hpp src/*/*/*.cu tests/unit/*.cpp \
+	clang-format -i include/mnist_ddp/*/*.hpp src/*/*.cpp src/*/*/*.cpp src/*/*.hpp src/*/*/*.hpp src/*/*/*.cu src/*/*/*.cuh tests/unit/*.cpp \
 	  tests/unit/*.hpp tests/mpi/*.cpp tests/mpi/*.hpp tests/mpi/*.cu tests/common/*.cpp tests/common/*.hpp bench/*.cpp \
 	  tests/fuzz/*.cpp tests/fuzz/*.hpp
 
@@ -330,7 +332,7 @@ help:
 	@echo "make bench    microbenchmarks + side-by-side with PyTorch DDP"
 	@echo "make deps     install the Debian packages that are missing"
 	@echo "make data     prepare data/dataset (MNIST if downloadable, else Fashion-MNIST)"
-	@echo "make bundle   dist/ for a GPU machine without MPI/HDF5 (then tools/gpu-suite.sh there)"
+	@echo "make bundle   bundle/ for a GPU machine without MPI/HDF5 (then tools/gpu-suite.sh there)"
 	@echo "make clean    remove build/ and ./mnist_ddp"
 
 -include $(CU_OBJS:.o=.d) $(LIB_OBJS:.o=.d) $(MAIN_OBJ:.o=.d) $(UNIT_OBJS:.o=.d) $(MPI_TEST_OBJS:.o=.d) $(BENCH_OBJS:.o=.d) $(BUILD)/bench/comm_bench.d $(BUILD)/bench/gpu_ops_bench.d $(BUILD)/bench/gpu_conv_algos.d \

@@ -23,7 +23,7 @@
 #include "mnist_ddp/ops/ops.hpp"
 #include "mnist_ddp/runtime/check.hpp"
 #include "mnist_ddp/runtime/device.hpp"
-#include "mnist_ddp/runtime/runtime.hpp"
+#include "mnist_ddp/runtime/identity.hpp"
 #include "mnist_ddp/runtime/trace.hpp"
 
 namespace {

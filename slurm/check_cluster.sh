@@ -11,7 +11,8 @@
 #      per-node table (each node's median compute per step, waits for other nodes left out).
 # A node is WARN when its score (the fastest node's throughput / its own, from 1 and from 3,
 # whichever is lower) is below --warn, CRITICAL below --critical; a score is only believed below
-# 1 - 3 x the measured noise (so a noisy allocation does not blame a node for its own jitter).
+# 1 - 3 x the noise measured on the other nodes (so a noisy allocation does not blame a node for
+# jitter, and a slow node's own erratic rounds do not excuse it).
 # Exit 0 OK, 1 WARN, 2 CRITICAL (the last line names the nodes), 3 when the check itself failed.
 #   --warn S (0.8)  --critical S (0.6)  --rounds R (2)  --steps N (40, per measurement)
 #   --data DIR (data/dataset)  --device cpu|cuda (cpu)  --json FILE (check_cluster.json)
@@ -112,8 +113,13 @@ try:
     bus = {"busbw_GBps": b["busbw_GBps"], "algbw_GBps": b["algbw_GBps"], "bytes": 4 << 20}
 except Exception:
     bus = None
-# A score is believed below 1 only beyond 3x the measured noise.
-believable = max(0.0, 1 - 3 * noise)
+# A node's score is believed below 1 only beyond 3x the noise of the other nodes: a node slowed
+# in bursts (a throttling CPU, a noisy neighbour) has erratic rounds of its own, which must not
+# raise the bar it is judged by. (Alone, a node has only its own.)
+def believable_for(n):
+    others = [spread[m] for m in nodes if m != n] or [spread.get(n, 0.0)]
+    return max(0.0, 1 - 3 * max(others))
+believable = {n: believable_for(n) for n in nodes}
 rows, worst = [], 0
 for n in nodes:
     s_alone = med[n] / best if med[n] and best else None
@@ -122,15 +128,16 @@ for n in nodes:
     score = min(scores) if scores else None
     if score is None:
         verdict, level = "FAILED (no measurement)", 2
-    elif score < crit and score < believable:
+    elif score < crit and score < believable[n]:
         verdict, level = "CRITICAL", 2
-    elif score < warn and score < believable:
+    elif score < warn and score < believable[n]:
         verdict, level = "WARN", 1
     else:
         verdict, level = "OK", 0
     worst = max(worst, level)
     rows.append({"node": n, "alone_images_per_s": med[n], "alone_runs": alone[n], "alone_score": s_alone,
-                 "together_score": s_all, "score": score, "verdict": verdict, "level": level})
+                 "together_score": s_all, "score": score, "believable_below": believable[n],
+                 "verdict": verdict, "level": level})
 fmt = lambda v, f: f % v if v is not None else "-"
 print(f"{'node':16} {'alone img/s':>11} {'score':>6} {'together':>8}  verdict")
 for r in sorted(rows, key=lambda r: (r["score"] if r["score"] is not None else -1)):
@@ -139,7 +146,8 @@ for r in sorted(rows, key=lambda r: (r["score"] if r["score"] is not None else -
 print("all-reduce between the nodes (4 MiB, one rank a node): " +
       (f"busbw {bus['busbw_GBps']:.2f} GB/s, algbw {bus['algbw_GBps']:.2f} GB/s" if bus else "not measured"))
 print(f"noise: a node's rounds differed by up to {100 * noise:.1f}% ({rounds} rounds); thresholds: WARN < "
-      f"{warn:.2f}, CRITICAL < {crit:.2f}, and only below {believable:.2f} (1 - 3 x noise)")
+      f"{warn:.2f}, CRITICAL < {crit:.2f}, and only below 1 - 3 x the other nodes' noise ("
+      + ", ".join(f"{n} {believable[n]:.2f}" for n in nodes) + ")")
 if all(r["score"] is None for r in rows):
     # Nothing measured on any node: the check failed (binary, data, srun), not the nodes.
     print(f"check_cluster: FAILED: no node gave a measurement; see {outd}/alone-*.out and {outd}/all.out",

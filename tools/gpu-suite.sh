@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# gpu-suite.sh — the GPU checks on a lent GPU machine, run from the repository root with dist/ from
+# gpu-suite.sh — the GPU checks on a lent GPU machine, run from the repository root with bundle/ from
 # `make bundle` (no MPI, HDF5 or oneDNN needed there; CUDA 13 cuDNN/cuBLAS/NCCL come from PyTorch's
 # wheels or a toolkit: build/gpu-bundle/bin/bundle-env.sh finds them, and says which are missing):
 #   tools/gpu-suite.sh first     a window's first call, <= 420 s (GPU_FIRST_BUDGET_S) under a 480 s
@@ -28,8 +28,8 @@
 # build/bench/*, mpirun) set it for the project's binaries alone, so the bundle's Debian
 # libstdc++/libssl never reach python3. Open MPI: tests/mpi_env.sh, as every other launch.
 # python3 needs torch (bench) and h5py + numpy (checkpoint comparisons); a missing h5py is
-# installed from dist/wheels/ when a wheel is there (pip download --only-binary=:all: h5py -d
-# dist/wheels, for that machine's Python), into dist/pylib.
+# installed from bundle/wheels/ when a wheel is there (pip download --only-binary=:all: h5py -d
+# bundle/wheels, for that machine's Python), into bundle/pylib.
 # shellcheck disable=SC2317  # functions called indirectly: "stage_$STAGE", step KIND
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1
@@ -177,24 +177,24 @@ setup() {
   t0=$(now)
   {
     # xz-compressed; without the xz program (the GPU image may lack it), python3's tarfile unpacks it.
-    if [[ ! -f dist/bundle.tar.xz ]]; then
-      why="dist/bundle.tar.xz missing: run \`make bundle\` and carry dist/"
+    if [[ ! -f bundle/bundle.tar.xz ]]; then
+      why="bundle/bundle.tar.xz missing: run \`make bundle\` and carry bundle/"
     else
       local stamp
-      stamp=$(stat -c '%s %Y' dist/bundle.tar.xz)
+      stamp=$(stat -c '%s %Y' bundle/bundle.tar.xz)
       if [[ ! -f "$B/.unpacked" || "$(cat "$B/.unpacked")" != "$stamp" ]]; then
         rm -rf "$B.new" && mkdir -p "$B.new"
         if command -v xz >/dev/null 2>&1; then
-          echo "unpacking dist/bundle.tar.xz into $B (tar + xz)"
-          tar -C "$B.new" -xJf dist/bundle.tar.xz
+          echo "unpacking bundle/bundle.tar.xz into $B (tar + xz)"
+          tar -C "$B.new" -xJf bundle/bundle.tar.xz
         else
-          echo "unpacking dist/bundle.tar.xz into $B (no xz here: python3's tarfile)"
+          echo "unpacking bundle/bundle.tar.xz into $B (no xz here: python3's tarfile)"
           python3 -c 'import sys, tarfile
 kw = {"filter": "fully_trusted"} if hasattr(tarfile, "fully_trusted_filter") else {}
 tarfile.open(sys.argv[1], "r:xz").extractall(sys.argv[2], **kw)' \
-            dist/bundle.tar.xz "$B.new"
+            bundle/bundle.tar.xz "$B.new"
         fi && echo "$stamp" >"$B.new/.unpacked" && rm -rf "$B" && mv "$B.new" "$B" ||
-          why="unpacking dist/bundle.tar.xz failed (xz: $(command -v xz || echo none); python3 lzma: $(python3 -c 'import lzma; print("yes")' 2>&1 | tail -n 1))"
+          why="unpacking bundle/bundle.tar.xz failed (xz: $(command -v xz || echo none); python3 lzma: $(python3 -c 'import lzma; print("yes")' 2>&1 | tail -n 1))"
       fi
     fi
     if [[ -z $why && ! -f "$B/bin/bundle-env.sh" ]]; then
@@ -216,18 +216,18 @@ tarfile.open(sys.argv[1], "r:xz").extractall(sys.argv[2], **kw)' \
       mkdir -p build/tests build/bench
       for t in unit_tests mpi_tests; do ln -sfn "$B/bin/$t" "build/tests/$t"; done
       for t in ops_bench comm_bench gpu_ops_bench gpu_conv_algos; do ln -sfn "$B/bin/$t" "build/bench/$t"; done
-      if ! cmp -s dist/data/DATASET data/dataset/DATASET 2>/dev/null ||
+      if ! cmp -s bundle/data/DATASET data/dataset/DATASET 2>/dev/null ||
          [[ $(ls data/dataset/*.gz 2>/dev/null | wc -l) -lt 4 ]]; then
-        rm -rf data/dataset && mkdir -p data/dataset && cp dist/data/* data/dataset/ || why="copying dist/data failed"
+        rm -rf data/dataset && mkdir -p data/dataset && cp bundle/data/* data/dataset/ || why="copying bundle/data failed"
       fi
     fi
-    # h5py for the checkpoint comparisons: from dist/wheels when python3 lacks it.
-    if [[ -z $why ]] && ! python3 -c "import h5py" 2>/dev/null && ls dist/wheels/h5py-*.whl >/dev/null 2>&1; then
-      python3 -m pip install --no-index --no-deps --find-links dist/wheels --target dist/pylib h5py &&
-        echo "h5py installed from dist/wheels into dist/pylib"
+    # h5py for the checkpoint comparisons: from bundle/wheels when python3 lacks it.
+    if [[ -z $why ]] && ! python3 -c "import h5py" 2>/dev/null && ls bundle/wheels/h5py-*.whl >/dev/null 2>&1; then
+      python3 -m pip install --no-index --no-deps --find-links bundle/wheels --target bundle/pylib h5py &&
+        echo "h5py installed from bundle/wheels into bundle/pylib"
     fi
   } >"$log" 2>&1
-  if [[ -d dist/pylib ]]; then export PYTHONPATH="$ROOT/dist/pylib${PYTHONPATH:+:$PYTHONPATH}"; fi
+  if [[ -d bundle/pylib ]]; then export PYTHONPATH="$ROOT/bundle/pylib${PYTHONPATH:+:$PYTHONPATH}"; fi
   export MNIST_DDP_CUDA_LIBS PATH="$B/mpi/bin:$B/bin:$PATH"
   if [[ -n $why ]]; then
     row FAIL setup - 1 - "$(since "$t0")" "${why%%$'\n'*}"
@@ -346,7 +346,7 @@ stage_sanitize() {
   row PASS compute-sanitizer - - - 0 "$cs"
   # The run's own data: the full training set, the first 1000 test images (the final evaluation
   # under the sanitizer is the slow part).
-  local sd="$ROOT/dist/sanitize-data"
+  local sd="$ROOT/bundle/sanitize-data"
   if ! cmp -s "$sd/SOURCE" data/dataset/DATASET; then
     rm -rf "$sd" && mkdir -p "$sd" && python3 - "$ROOT/data/dataset" "$sd" <<'PY' && cp data/dataset/DATASET "$sd/SOURCE"
 import gzip, os, shutil, struct, sys

@@ -3,11 +3,11 @@
 # to run the GPU suite and benchmark (`make bundle`): stripped binaries, their non-CUDA shared
 # libraries, the Open MPI runtime laid out for OPAL_PREFIX (with Debian's PMIx, UCX and MCA
 # defaults), wrapper scripts, and the dataset.
-# Output: dist/ (carry it: `carry: ["dist"]`), then on the device, from the repository root:
+# Output: bundle/ (carry it: `carry: ["bundle"]`), then on the device, from the repository root:
 #   tools/gpu-suite.sh first|test|sanitize|bench|all
-# What travels (dist/ plus the tracked tree) must stay within MNIST_DDP_CARRY_LIMIT_MIB (default 60;
+# What travels (bundle/ plus the tracked tree) must stay within MNIST_DDP_CARRY_LIMIT_MIB (default 60;
 # the device tool takes 64 MiB): the total is printed, and the script fails above it.
-# dist/bundle.tar.xz is xz (26 MB; gzip made 45 MB, which with the 30 MB dataset did not fit): the
+# bundle/bundle.tar.xz is xz (26 MB; gzip made 45 MB, which with the 30 MB dataset did not fit): the
 # GPU image may lack the xz program, so tools/gpu-suite.sh unpacks with python3's tarfile (its lzma
 # module) there. Inside it:
 #   bin/NAME        wrappers (mnist_ddp, unit_tests, mpi_tests, ops_bench, comm_bench, gpu_ops_bench, gpu_conv_algos, mpirun):
@@ -21,7 +21,7 @@
 #   BUNDLE-INFO     what was built, from which commit, and the CUDA sonames the binaries need
 set -euo pipefail
 cd "$(dirname "$0")/.."
-out="${DIST:-dist}"
+out="${BUNDLE_OUT:-bundle}"
 stage="$(mktemp -d)"
 trap 'rm -rf "$stage"' EXIT
 ML=mpi/lib/x86_64-linux-gnu   # Debian's libdir relative to the /usr prefix that OPAL_PREFIX replaces
@@ -192,15 +192,15 @@ mkdir -p "$out/data"
 tar -C "$stage" -cf - . | xz -9 -T0 >"$out/bundle.tar.xz"
 for f in data/dataset/*.gz; do cp -L "$f" "$out/data/"; done
 cp data/dataset/DATASET "$out/data/"
-# What the device tool sends: the tracked tree (and untracked files git does not ignore) plus dist/.
+# What the device tool sends: the tracked tree (and untracked files git does not ignore) plus bundle/.
 limit_mib="${MNIST_DDP_CARRY_LIMIT_MIB:-60}"
 tree_bytes=$( { git ls-files -z; git ls-files -z --others --exclude-standard; } 2>/dev/null |
   xargs -0 -r stat -c %s 2>/dev/null | awk '{ s += $1 } END { print s + 0 }')
-dist_bytes=$(du -sb "$out" | awk '{ print $1 }')
+out_bytes=$(du -sb "$out" | awk '{ print $1 }')
 mib() { awk -v b="$1" 'BEGIN { printf "%.1f", b / 1048576 }'; }
 echo "make-bundle: $out/bundle.tar.xz $(mib "$(stat -c %s "$out/bundle.tar.xz")") MiB, $out/data $(mib "$(du -sb "$out/data" | awk '{ print $1 }')") MiB"
-echo "make-bundle: carried $(mib $((tree_bytes + dist_bytes))) MiB = tree $(mib "$tree_bytes") + $out $(mib "$dist_bytes") (limit $limit_mib MiB)"
-if ((tree_bytes + dist_bytes > limit_mib * 1048576)); then
+echo "make-bundle: carried $(mib $((tree_bytes + out_bytes))) MiB = tree $(mib "$tree_bytes") + $out $(mib "$out_bytes") (limit $limit_mib MiB)"
+if ((tree_bytes + out_bytes > limit_mib * 1048576)); then
   echo "make-bundle: over the $limit_mib MiB the GPU machine can be sent: leave something out of $out" >&2
   exit 1
 fi

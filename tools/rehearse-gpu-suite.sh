@@ -13,7 +13,7 @@
 # Results: one summary + log archive per stage in $OUT (default /tmp/gpu-rehearsal), and a verdict
 # line per stage here. Exit 0 when every stage stopped only at the missing GPU.
 # It runs in a copy of what the device tool sends (the tracked tree, untracked files git does not
-# ignore, dist/bundle.tar.xz and dist/data), never in this checkout: the suite links ./mnist_ddp and
+# ignore, bundle/bundle.tar.xz and bundle/data), never in this checkout: the suite links ./mnist_ddp and
 # build/tests/* to the bundle's wrappers and unpacks into build/gpu-bundle, which must not replace
 # this checkout's own build.
 set -uo pipefail
@@ -23,7 +23,7 @@ STAGES=("$@")
 ((${#STAGES[@]})) || STAGES=(first test sanitize bench)
 RESULTS="${OUT:-/tmp/gpu-rehearsal}"
 [[ $(id -u) -eq 0 ]] || { echo "rehearse-gpu-suite: needs root (unshare -m, bind mounts)" >&2; exit 2; }
-[[ -f dist/bundle.tar.xz ]] || { echo "rehearse-gpu-suite: dist/bundle.tar.xz missing: make bundle" >&2; exit 2; }
+[[ -f bundle/bundle.tar.xz ]] || { echo "rehearse-gpu-suite: bundle/bundle.tar.xz missing: make bundle" >&2; exit 2; }
 CUDA_LIB="$(readlink -f /usr/local/cuda)/lib"
 [[ -f "$CUDA_LIB/libcudnn.so.9" ]] || { echo "rehearse-gpu-suite: no CUDA 13 libraries in $CUDA_LIB" >&2; exit 2; }
 SANITIZER="$(readlink -f /usr/local/cuda)/compute-sanitizer"
@@ -32,10 +32,10 @@ W="$(mktemp -d /tmp/gpu-rehearsal-root.XXXXXX)"
 trap 'rm -rf "$W"' EXIT
 mkdir -p "$W/empty" "$W/site-packages/nvidia/cu13/lib" "$W/sanitizer" "$W/bin" "$W/usrbin-upper" "$W/usrbin-work" "$W/tree"
 # The copy the GPU machine would get.
-{ git ls-files -z; git ls-files -z --others --exclude-standard; } | grep -zv '^dist/' |
+{ git ls-files -z; git ls-files -z --others --exclude-standard; } | grep -zv '^bundle/' |
   tar --null -T - -cf - | tar -C "$W/tree" -xf -
-mkdir -p "$W/tree/dist" && cp -a dist/bundle.tar.xz dist/data "$W/tree/dist/"
-echo "rehearsal: the GPU machine would be sent $(du -sm --apparent-size "$W/tree" | cut -f1) MiB (tree + dist/)"
+mkdir -p "$W/tree/bundle" && cp -a bundle/bundle.tar.xz bundle/data "$W/tree/bundle/"
+echo "rehearsal: the GPU machine would be sent $(du -sm --apparent-size "$W/tree" | cut -f1) MiB (tree + bundle/)"
 : >"$W/emptyfile"
 printf '#!/bin/sh\necho "$(basename "$0"): not on the GPU machine (hidden by the rehearsal)" >&2\nexit 127\n' >"$W/absent"
 chmod +x "$W/absent"

@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "mnist_ddp/dist/threaded_comm.hpp"
+#include "mnist_ddp/runtime/check.hpp"
 
 namespace mnist_ddp {
 namespace {
@@ -58,9 +59,10 @@ void Communicators::open_nccl() {
   data_ = nccl_.get();
 }
 
-void Communicators::bind_data(Device device, void* stream) {
+void Communicators::bind_data(const CommPlan& plan, void* stream) {
   // Collectives on the model's memory: MPI on the CPU; on a GPU, NCCL or host-staged MPI.
-  if (device == Device::Cuda && !nccl_) {
+  MNIST_DDP_CHECK(plan.nccl() == (nccl_ != nullptr), "NCCL opened against the plan");
+  if (plan.gradients == GradientComm::HostStagedMpi) {
     staged_ = make_host_staged_comm();
     data_ = staged_.get();
   }
@@ -71,9 +73,11 @@ void Communicators::bind_data(Device device, void* stream) {
   data_->bind_stream(stream);
 }
 
-void Communicators::open_local(Device device, int color, void* stream) {
+void Communicators::open_local(const CommPlan& plan, int color, void* stream) {
   // The group's collectives work where the gradients live, joined to the ops' stream.
-  local_ = device == Device::Cuda ? make_nccl_group_comm(color) : make_mpi_group_comm(color);
+  MNIST_DDP_CHECK(plan.local_sgd != LocalSgdComm::None, "a node-local group the plan has not");
+  local_ = plan.local_sgd == LocalSgdComm::NcclGroup ? make_nccl_group_comm(color)
+                                                     : make_mpi_group_comm(color);
   local_->bind_stream(stream);
   watch(*local_, "node-local");
 }
@@ -83,6 +87,10 @@ void Communicators::open_thread() {
   auto inner = make_mpi_group_comm(0);
   watch(*inner, "communication thread");
   thread_ = make_threaded_comm(std::move(inner));
+}
+
+TrainerComms Communicators::for_trainer(const CommPlan& plan) {
+  return TrainerComms{*control_, *data_, plan, local_.get(), thread_.get(), &flight_};
 }
 
 }  // namespace mnist_ddp

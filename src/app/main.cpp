@@ -4,12 +4,12 @@
 #include <algorithm>
 
 #include "mnist_ddp/app/communicators.hpp"
-#include "mnist_ddp/app/finish.hpp"
-#include "mnist_ddp/app/job.hpp"
 #include "mnist_ddp/app/resume.hpp"
+#include "mnist_ddp/app/setup.hpp"
 #include "mnist_ddp/app/trace_output.hpp"
+#include "mnist_ddp/app/train_and_report.hpp"
 #include "mnist_ddp/checkpoint/dir_lock.hpp"
-#include "mnist_ddp/dist/ddp.hpp"
+#include "mnist_ddp/dist/replicas.hpp"
 #include "mnist_ddp/model/model.hpp"
 #include "mnist_ddp/runtime/check.hpp"
 #include "mnist_ddp/runtime/signals.hpp"
@@ -37,7 +37,7 @@ int run(int argc, char** argv, int rank, int world, const MpiLocality& locality,
   const std::unique_ptr<Logger> log = open_log(comms.control(), cfg, *id);
   if (!cfg.trace.empty()) check_trace_file(comms.control(), cfg.trace);  // collective
   DataSplit data = load_data(comms.control(), cfg, *id, where, *log);
-  if (where.use_nccl) comms.open_nccl();  // collective: NCCL's id travels by MPI
+  if (where.plan.nccl()) comms.open_nccl();  // collective: NCCL's id travels by MPI
   const std::unique_ptr<Ops> ops = make_device_ops(comms, cfg, where, data);
   ConvNet model(*ops, std::max(cfg.batch_size, cfg.eval_batch_size));
   if (rank == 0) model.init(cfg.seed);
@@ -46,14 +46,14 @@ int run(int argc, char** argv, int rank, int world, const MpiLocality& locality,
   const std::unique_ptr<StampClock> clock = ops->make_stamp_clock();
   Tracer tracer(*clock, !cfg.trace.empty(),
                 parse_trace_window(cfg.trace_steps).value_or(TraceWindow{}));
-  Trainer trainer(cfg, comms.control(), comms.data(), *ops, model, data, *log, comms.local(),
-                  comms.thread(), &flight, &tracer);
+  Trainer trainer(cfg, comms.for_trainer(where.plan), *ops, model, data, *log, &tracer);
   trainer.watch_stragglers(where.ranks);
-  const std::int64_t step =
+  const StartState start =
       restore_start_state(comms.control(), cfg, data, *ops, model, trainer, *log);
-  if (cfg.eval_only) return evaluate_only(comms.control(), trainer, data, step, *log);
+  if (cfg.eval_only) return evaluate_only(comms.control(), trainer, data, start.model_step, *log);
   check_checkpoint_names(comms.control(), cfg, trainer);  // collective: another run's files
-  const TraceFile trace = trace_file(tracer, cfg, step, trainer.total_steps(), where.ranks, world);
+  const TraceFile trace =
+      trace_file(tracer, cfg, start.first_step, trainer.total_steps(), where.ranks, world);
   return train_and_report(comms.control(), cfg, trainer, data, *log,
                           cfg.trace.empty() ? nullptr : &trace);
 }

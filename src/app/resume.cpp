@@ -93,8 +93,8 @@ void warn_about_changed_settings(const std::string& stored_json, const Config& c
   }
 }
 
-std::int64_t restore_start_state(Comm& control, const Config& cfg, DataSplit& data, Ops& ops,
-                                 ConvNet& model, Trainer& trainer, Logger& log) {
+StartState restore_start_state(Comm& control, const Config& cfg, DataSplit& data, Ops& ops,
+                               ConvNet& model, Trainer& trainer, Logger& log) {
   const CheckpointLayout layout = checkpoint_layout(model);
   const auto warn = [&](const std::string& w) {
     std::fprintf(stderr, "mnist_ddp: warning: %s\n", w.c_str());
@@ -114,10 +114,14 @@ std::int64_t restore_start_state(Comm& control, const Config& cfg, DataSplit& da
         auto found = find_resume_checkpoint(cfg.checkpoint_dir, layout, &warnings);
         for (const auto& w : warnings) warn(w);
         if (!found) {
-          throw UserError(fmt::format(
-              "--eval-only --resume auto: no checkpoint in {} to evaluate; pass --checkpoint-dir "
-              "DIR or --resume PATH",
-              cfg.checkpoint_dir));
+          throw UserError(
+              cfg.eval_only
+                  ? fmt::format("--eval-only --resume auto: no checkpoint in {} to evaluate; pass "
+                                "--checkpoint-dir DIR or --resume PATH",
+                                cfg.checkpoint_dir)
+                  : fmt::format("--init-weights auto: no checkpoint in {} to start from; pass "
+                                "--checkpoint-dir DIR or --init-weights PATH",
+                                cfg.checkpoint_dir));
         }
         path = found->first;
       }
@@ -177,7 +181,11 @@ std::int64_t restore_start_state(Comm& control, const Config& cfg, DataSplit& da
     log.info(fmt::format("resume: step {}, epoch {}, sample {} of the epoch", resume->step,
                          resume->epoch + 1, resume->sample_offset));
   }
-  return model_only && weights ? weights->step : 0;
+  StartState start;
+  start.first_step = trainer.step();  // what the trainer runs next: resumed, or 0
+  if (model_only && weights) start.model_step = weights->step;
+  if (!model_only && resume) start.model_step = resume->step;
+  return start;
 }
 
 }  // namespace mnist_ddp

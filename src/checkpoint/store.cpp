@@ -8,8 +8,10 @@
 #include <fmt/format.h>
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <random>
 
@@ -176,6 +178,34 @@ std::vector<std::string> checkpoints_in_the_way(const std::string& dir, const st
   }
   std::sort(out.begin(), out.end());
   return out;
+}
+
+std::string roll_preemption_checkpoint(const std::string& dir, const std::string& path) {
+  namespace fs = std::filesystem;
+  const char* id = std::getenv("SLURM_JOB_ID");
+  const fs::path marker = fs::path(dir) / fmt::format(".preempt-{}", id != nullptr ? id : "local");
+  std::string previous;
+  if (std::ifstream in(marker); in) std::getline(in, previous);
+  // The marker is replaced atomically, so a crash leaves either the old or the new record.
+  const fs::path tmp = marker.string() + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << path << "\n";
+  }
+  std::error_code ec;
+  fs::rename(tmp, marker, ec);
+  if (previous.empty() || previous == path) return {};
+  // Only an older checkpoint of this directory is ever deleted: a stale record (a job id reused
+  // by another cluster, an edited file) must not cost the user anything else.
+  const auto files = list_checkpoints(dir);  // newest first
+  const auto at_new = std::find(files.begin(), files.end(), path);
+  const auto at_old = std::find(files.begin(), files.end(), previous);
+  if (at_new == files.end() || at_old == files.end() || at_old < at_new) return {};
+  // And only one of the same lineage (a directory shared with another run by hand).
+  const std::string owner = checkpoint_run_id(previous);
+  if (owner.empty() || owner != checkpoint_run_id(path)) return {};
+  fs::remove(previous, ec);
+  return ec ? std::string{} : previous;
 }
 
 }  // namespace mnist_ddp

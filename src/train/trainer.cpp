@@ -1,4 +1,5 @@
-// trainer.cpp — the training loop, evaluation, metrics and progress.
+// trainer.cpp — the training loop (the step, its phases and graphs), evaluation, metrics and
+// progress; the checkpoint state is trainer_checkpoint.cpp.
 #include "mnist_ddp/train/trainer.hpp"
 
 #include <fmt/format.h>
@@ -16,37 +17,14 @@
 
 #include "mnist_ddp/checkpoint/store.hpp"
 #include "mnist_ddp/data/sampler.hpp"
-#include "mnist_ddp/dist/ddp.hpp"
+#include "mnist_ddp/dist/replicas.hpp"
 #include "mnist_ddp/runtime/agree.hpp"
 #include "mnist_ddp/runtime/check.hpp"
-#include "mnist_ddp/runtime/requeue.hpp"
 #include "mnist_ddp/runtime/signals.hpp"
-#include "mnist_ddp/train/debug_seams.hpp"
+#include "mnist_ddp/train/test_seams.hpp"
 
 namespace mnist_ddp {
 namespace {
-
-// --debug-sample-log: the positions [first, last) of this epoch's order that this rank trained
-// on, appended one index per line (a resumed run continues the file of its epoch).
-void append_sample_log(const std::string& dir, std::int64_t epoch, int rank,
-                       const std::vector<std::int64_t>& order, std::int64_t first,
-                       std::int64_t last) {
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  const std::string path = fmt::format("{}/samples-epoch{}-rank{}.txt", dir, epoch + 1, rank);
-  std::FILE* f = std::fopen(path.c_str(), "a");
-  if (f == nullptr) {
-    throw UserError(
-        fmt::format("--debug-sample-log: cannot append to {}: {}", path, std::strerror(errno)));
-  }
-  bool ok = true;
-  for (std::int64_t i = first; i < last && ok; ++i)
-    ok = std::fprintf(f, "%lld\n", static_cast<long long>(order[static_cast<std::size_t>(i)])) > 0;
-  if (std::fclose(f) != 0 || !ok) {
-    throw UserError(
-        fmt::format("--debug-sample-log: cannot write {}: {}", path, std::strerror(errno)));
-  }
-}
 
 SgdParams sgd_params(const Config& c) {
   SgdParams p;
@@ -59,34 +37,6 @@ SgdParams sgd_params(const Config& c) {
 }
 
 }  // namespace
-
-GradientPath choose_gradient_path(const Config& cfg, Device device, const Comm& data_comm) {
-  GradientPath p;
-  if (device != Device::Cuda) return p;
-  MNIST_DDP_CHECK(data_comm.device_memory(),
-                  "a GPU run needs a communicator whose collectives take device memory");
-  p.device_reducer = true;
-  if (!cfg.cuda_graphs) return p;
-  if (cfg.sync_bn) {
-    p.why_no_graphs =
-        "--sync-bn exchanges BN statistics through the host inside the step (a step's "
-        "collectives differ from step to step or need the host)";
-  } else if (cfg.local_sgd_start >= 0) {
-    p.why_no_graphs =
-        "post-local SGD switches groups and averages parameters every period (a step's "
-        "collectives differ from step to step or need the host)";
-  } else if (cfg.debug_collectives) {
-    p.why_no_graphs =
-        "--debug-collectives compares every collective across ranks on the host, each step";
-  } else if (!data_comm.capturable()) {
-    p.why_no_graphs =
-        "the host-staged MPI all-reduce (--comm mpi with several ranks) runs on the host each "
-        "step; use --comm nccl for graph replay";
-  } else {
-    p.graphs = true;
-  }
-  return p;
-}
 
 std::vector<int> micro_batch_sizes(std::int64_t offset, std::int64_t epoch_size, int batch,
                                    int accumulate) {
@@ -105,14 +55,13 @@ std::int64_t step_graph_key(int n, const MicroBatch& mb) {
   return ((static_cast<std::int64_t>(n) << 24) | (static_cast<std::int64_t>(mb.count) << 2)) | kind;
 }
 
-Trainer::Trainer(const Config& cfg, Comm& comm, Comm& data_comm, Ops& ops, ConvNet& model,
-                 const DataSplit& data, Logger& log, Comm* local_comm, Comm* thread_comm,
-                 FlightRecorder* flight, Tracer* tracer)
+Trainer::Trainer(const Config& cfg, const TrainerComms& comms, Ops& ops, ConvNet& model,
+                 const DataSplit& data, Logger& log, Tracer* tracer)
     : cfg_(cfg),
-      comm_(comm),
-      data_comm_(data_comm),
-      local_comm_(local_comm),
-      flight_(flight),
+      comm_(comms.control),
+      data_comm_(comms.data),
+      local_comm_(comms.local),
+      flight_(comms.flight),
       tracer_(tracer),
       ops_(ops),
       model_(model),
@@ -123,8 +72,8 @@ Trainer::Trainer(const Config& cfg, Comm& comm, Comm& data_comm, Ops& ops, ConvN
       layout_(checkpoint_layout(model)),
       run_id_(new_run_id()),
       debug_slow_(cfg.debug_slow.empty() ? std::nullopt : parse_debug_slow(cfg.debug_slow)) {
-  const DistributedSampler probe(data.train.count, comm.rank(), comm.size(), cfg.shuffle, cfg.seed,
-                                 cfg.drop_last);
+  const DistributedSampler probe(data.train.count, comm_.rank(), comm_.size(), cfg.shuffle,
+                                 cfg.seed, cfg.drop_last);
   const std::int64_t per_step = static_cast<std::int64_t>(cfg.batch_size) * cfg.accumulate;
   steps_per_epoch_ = (probe.num_samples() + per_step - 1) / per_step;
   total_steps_ = steps_per_epoch_ * cfg.epochs;
@@ -136,7 +85,14 @@ Trainer::Trainer(const Config& cfg, Comm& comm, Comm& data_comm, Ops& ops, ConvN
   lr_.warmup_steps = cfg.warmup_steps;
   lr_.total_steps = total_steps_;
   lr_.min_lr = cfg.min_lr;
-  const GradientPath path = choose_gradient_path(cfg, ops.device(), data_comm);
+  const CommPlan& plan = comms.plan;
+  // The plan was made for this device and world; the communicators it opened must match it (a
+  // GPU's Reducer works on device memory exactly when the collectives take it).
+  MNIST_DDP_CHECK(plan.device_reducer() == (ops.device() == Device::Cuda) &&
+                      plan.device_reducer() == data_comm_.device_memory(),
+                  "the communication plan and the data communicator disagree on device memory");
+  MNIST_DDP_CHECK(!plan.graphs || data_comm_.capturable(),
+                  "CUDA graphs planned on a data communicator that cannot be captured");
   // Host clocks time a CPU step; a GPU step's host code only enqueues (or is a graph replay), so
   // the timeline's CUDA events time every kGpuPhaseSampleEvery-th step instead (one sync each):
   // eager steps always, graph replays with --trace (trace.hpp).
@@ -145,12 +101,11 @@ Trainer::Trainer(const Config& cfg, Comm& comm, Comm& data_comm, Ops& ops, ConvN
   // Where the buckets are reduced. GPU: the data communicator (NCCL on its own stream while the
   // compute stream goes on with the earlier layers; host-staged MPI: blocking, through the
   // host). CPU: the data communicator (MPI_Test from backward), or the communication thread.
-  bucket_comm_ = &data_comm;
-  if (!path.device_reducer && cfg.overlap_engine == OverlapEngine::Thread && !cfg.no_overlap &&
-      !is_powersgd(cfg.compression)) {
-    MNIST_DDP_CHECK(thread_comm != nullptr && thread_comm->size() == data_comm.size(),
+  bucket_comm_ = &data_comm_;
+  if (plan.thread_engine) {
+    MNIST_DDP_CHECK(comms.thread != nullptr && comms.thread->size() == data_comm_.size(),
                     "the communication thread needs its own communicator over the same ranks");
-    bucket_comm_ = thread_comm;
+    bucket_comm_ = comms.thread;
   }
   reducer_ = std::make_unique<Reducer>(
       *bucket_comm_, model, static_cast<std::size_t>(cfg.bucket_cap_kb) * 1024, !cfg.no_overlap,
@@ -162,15 +117,18 @@ Trainer::Trainer(const Config& cfg, Comm& comm, Comm& data_comm, Ops& ops, ConvN
   if (cfg.sync_bn) {
     // The exchange works on host doubles: the data communicator on the CPU, the host MPI
     // communicator on a GPU (where the data communicator works on device memory).
-    bn_sync_ = make_sync_bn(ops.device() == Device::Cuda ? comm : data_comm);
+    bn_sync_ = make_sync_bn(ops.device() == Device::Cuda ? comm_ : data_comm_);
     ops.set_bn_sync(&bn_sync_);
   }
-  MNIST_DDP_CHECK(cfg.local_sgd_start < 0 || local_comm != nullptr,
+  MNIST_DDP_CHECK(plan.local_sgd == LocalSgdComm::None || local_comm_ != nullptr,
                   "post-local SGD needs the node-local group");
-  if (path.graphs) {
+  if (plan.graphs) {
     graphs_ = std::make_unique<StepGraphs>(ops.stream(), capture_hooks(), cfg.debug_fail_capture);
-  } else if (!path.why_no_graphs.empty()) {
-    log.info("CUDA graphs off: " + path.why_no_graphs);
+  } else if (!plan.why_no_graphs.empty()) {
+    log.info("CUDA graphs off: " + plan.why_no_graphs);
+  }
+  if (!plan.why_no_thread.empty()) {
+    log.info("communication thread off: " + plan.why_no_thread);
   }
   if (cfg.amp != AmpMode::Off) {
     // Mixed precision: bf16 needs no loss scale (fp32's exponent range); fp16 gets the scaler,
@@ -422,173 +380,6 @@ void Trainer::log_window() {
   report_.train_window(position(), f);
   window_loss_ = 0;
   window_images_ = 0;
-}
-
-std::string Trainer::good_checkpoint_advice() const {
-  if (last_checkpoint_.empty()) {
-    return fmt::format(
-        "This run wrote no checkpoint; those in {} are untouched: --resume the newest with a "
-        "lower --lr (or more --warmup-steps), or start again",
-        cfg_.checkpoint_dir);
-  }
-  return fmt::format(
-      "The last good checkpoint is {}: --resume it with a lower --lr (or more --warmup-steps)",
-      last_checkpoint_);
-}
-
-void Trainer::resume_from(const TrainingState& s) {
-  ops_.upload(s.params.data(), model_.params().data(), s.params.size() * sizeof(float));
-  ops_.upload(s.buffers.data(), model_.buffers().data(), s.buffers.size() * sizeof(float));
-  std::copy(s.num_batches_tracked.begin(), s.num_batches_tracked.end(),
-            model_.num_batches_tracked().begin());
-  sgd_.restore(s.momentum, s.optimizer_steps);
-  step_ = s.step;
-  epoch_ = s.epoch;
-  offset_ = s.sample_offset;
-  last_checkpoint_step_ = s.step;
-  // The lineage continues; a checkpoint of a version without run ids starts a new one (its own
-  // files then count as another run's: --keep leaves them alone).
-  if (!s.run_id.empty()) run_id_ = s.run_id;
-  if (scaler_ && s.loss_scale > 0) {
-    scaler_->set_state(LossScalerState{static_cast<float>(s.loss_scale),
-                                       static_cast<std::int32_t>(s.loss_scale_growth_tracker)});
-  } else if (scaler_) {
-    log_.info(
-        "resume: the checkpoint has no loss scale (trained without --amp fp16); starting "
-        "the scaler at 65536");
-  }
-  if (PowerSgd* p = reducer_->powersgd()) {
-    const std::int64_t iter = s.hook_iter >= 0 ? s.hook_iter : s.step;
-    if (s.rank_arrays.size() == static_cast<std::size_t>(comm_.size())) {
-      p->restore(s.rank_arrays[static_cast<std::size_t>(comm_.rank())], iter, s.hook_rng);
-    } else {
-      if (!s.rank_arrays.empty()) {
-        log_.info(fmt::format(
-            "resume: PowerSGD error feedback of {} ranks cannot map onto {}; starting it from "
-            "zero (new Qs)",
-            s.rank_arrays.size(), comm_.size()));
-      }
-      p->restore({}, iter, s.hook_iter >= 0 ? s.hook_rng : static_cast<std::int64_t>(cfg_.seed));
-    }
-  }
-  if (s.world_size != comm_.size()) {
-    // Another world size: the sampler hands out other per-rank lists, so only the number of
-    // samples of this epoch already consumed carries over.
-    const std::int64_t consumed = s.sample_offset * s.world_size;
-    offset_ = consumed / comm_.size();
-  }
-}
-
-TrainingState Trainer::state() const {
-  TrainingState s;
-  s.step = step_;
-  s.epoch = epoch_;
-  s.sample_offset = offset_;
-  s.world_size = comm_.size();
-  s.seed = cfg_.seed;
-  s.config_json = config_json(cfg_);
-  s.program_version = kVersion;
-  s.run_id = run_id_;
-  // What the model was trained on and exactly how its input was made (the floats gather uses).
-  s.input.recorded = true;
-  s.input.name = data_.name;
-  s.input.mean = data_.mean;
-  s.input.std = data_.std;
-  s.input.labels_crc32 = data_.crc32;
-  s.input.train_count = data_.train.count;
-  auto& model = const_cast<ConvNet&>(model_);
-  s.params.resize(model.params().size());
-  s.buffers.resize(model.buffers().size());
-  s.momentum.resize(sgd_.momentum_buffer().size());
-  ops_.download(model.params().data(), s.params.data(), s.params.size() * sizeof(float));
-  ops_.download(model.buffers().data(), s.buffers.data(), s.buffers.size() * sizeof(float));
-  ops_.download(sgd_.momentum_buffer().data(), s.momentum.data(),
-                s.momentum.size() * sizeof(float));
-  s.num_batches_tracked.assign(model.num_batches_tracked().begin(),
-                               model.num_batches_tracked().end());
-  s.optimizer_steps = sgd_.steps_taken();
-  s.lr_schedule = name_in(kLrScheduleNames, cfg_.lr_schedule);
-  s.base_lr = cfg_.lr;
-  s.last_lr = last_lr_;
-  s.momentum_factor = cfg_.momentum;
-  s.dampening = cfg_.dampening;
-  s.weight_decay = cfg_.weight_decay;
-  s.nesterov = cfg_.nesterov;
-  if (PowerSgd* p = reducer_->powersgd()) {
-    s.hook_iter = p->iter();
-    s.hook_rng = p->rng_state();
-  }
-  if (scaler_) {
-    const LossScalerState a = scaler_->state();
-    s.loss_scale = a.scale;
-    s.loss_scale_growth_tracker = a.growth_tracker;
-  }
-  return s;
-}
-
-std::vector<std::vector<std::pair<std::string, std::vector<float>>>> Trainer::gather_hook_state() {
-  std::vector<std::vector<std::pair<std::string, std::vector<float>>>> out;
-  PowerSgd* p = reducer_->powersgd();
-  if (p == nullptr) return out;
-  // Every rank holds the same names and sizes (the hook runs in lockstep), only the values
-  // (error feedback) differ.
-  const auto mine = p->state();
-  if (mine.empty()) return out;
-  out.resize(static_cast<std::size_t>(comm_.size()));
-  for (const auto& [name, data] : mine) {
-    std::vector<float> all(data.size() * static_cast<std::size_t>(comm_.size()));
-    // Collective: rank r's array lands at block r on every rank (rank 0 writes them).
-    comm_.allgather(std::span<const float>(data), all);
-    for (std::size_t r = 0; r < out.size(); ++r) {
-      out[r].emplace_back(
-          name,
-          std::vector<float>(all.begin() + static_cast<std::ptrdiff_t>(r * data.size()),
-                             all.begin() + static_cast<std::ptrdiff_t>((r + 1) * data.size())));
-    }
-  }
-  return out;
-}
-
-void Trainer::checkpoint(const char* why, bool preemption) {
-  if (last_checkpoint_step_ == step_) return;  // this state is already on disk
-  const HostTraceScope span(tracer_, preemption ? "preemption checkpoint" : "checkpoint",
-                            SpanArgs{.step = step_});
-  std::string path;
-  auto hook_state = gather_hook_state();
-  // Collective (inside run_agreed): rank 0 holds everything a checkpoint needs (parameters and
-  // momentum are identical on every rank; BN buffers follow rank 0), so only it writes; the
-  // agreement tells every rank whether the write worked.
-  run_agreed(comm_, [&] {
-    if (comm_.rank() != 0) return;
-    TrainingState s = state();
-    s.rank_arrays = std::move(hook_state);
-    try {
-      path = save_checkpoint(cfg_.checkpoint_dir, s, layout_);
-    } catch (const UserError& e) {
-      if (e.exit_code() != kExitTrainingDiverged) throw;
-      throw UserError(fmt::format("training diverged by step {} (lr {:g}): {}. {}", step_, last_lr_,
-                                  e.what(), good_checkpoint_advice()),
-                      kExitTrainingDiverged);
-    }
-    if (preemption) {
-      const std::string replaced = roll_preemption_checkpoint(cfg_.checkpoint_dir, path);
-      if (!replaced.empty()) log_.info("preemption checkpoint replaces " + replaced);
-    }
-    // Retention within this run's lineage only: another run's files are never deleted.
-    const Retention kept = prune_checkpoints(cfg_.checkpoint_dir, cfg_.keep, run_id_);
-    if (!kept.foreign.empty() && !foreign_reported_) {
-      foreign_reported_ = true;
-      log_.info(fmt::format(
-          "checkpoints: {} file(s) in {} belong to another run or an older mnist_ddp (e.g. {}): "
-          "--keep {} counts and deletes only this run's (run id {})",
-          kept.foreign.size(), cfg_.checkpoint_dir, kept.foreign.front(), cfg_.keep, run_id_));
-    }
-  });
-  last_checkpoint_step_ = step_;
-  if (comm_.rank() == 0) {
-    last_checkpoint_ = path;
-    report_.checkpoint(position(), path, why, offset_, preemption);
-  }
 }
 
 void Trainer::stop_clock() {

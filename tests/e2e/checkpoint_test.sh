@@ -130,6 +130,41 @@ else
   fail "incompatible_version_refused rc=$RC" "$(show)"
 fi
 
+# --- a checkpoint of version 0.1.0 (before the schema split) resumes bit-exactly ---------------
+# tests/fixtures/checkpoint-0.1.0 (its README.md: how it was made). A: its step 3 resumed to step 6
+# in one run; B: to step 4, then B's own step-4 file to step 6. A == B shows the old file resumes
+# as an uninterrupted continuation, on any machine; on the fixture's kind of CPU (tests/fixtures/
+# checkpoint-0.1.0/CPU, AVX-512) with the same forced oneDNN kernels and OpenBLAS core, A also
+# equals 0.1.0's own step-6 file.
+FX="$REPO/tests/fixtures/checkpoint-0.1.0"
+python3 "$REPO/data/make_fixtures.py" "$TMP/fx" >/dev/null
+V010=(--device cpu --data "$TMP/fx/valid" --epochs 3 --batch-size 8 --progress off)
+v010() {  # v010 NAME DIR ARGS...
+  local name="$1" dir="$2"; shift 2
+  run "$name" 120 env ONEDNN_MAX_CPU_ISA=AVX2 OPENBLAS_CORETYPE=Haswell mpirun -np 2 "$BIN" "${V010[@]}" --checkpoint-dir "$dir" --log-dir "$dir/log" "$@"
+}
+v010 v010_a "$TMP/va" --resume "$FX/ckpt-00000003.h5" --max-steps 6
+rc_a=$RC out_a="$(show)" kernels=$(grep -o "oneDNN kernels: [^)]*" "$OUT")
+v010 v010_b4 "$TMP/vb" --resume "$FX/ckpt-00000003.h5" --max-steps 4
+rc_b4=$RC
+v010 v010_b6 "$TMP/vb" --resume "$TMP/vb/ckpt-00000004.h5" --max-steps 6
+if [[ $rc_a -eq 0 && $rc_b4 -eq 0 && $RC -eq 0 ]] && grep -q "resume: step 3, epoch 1, sample 20" "$TMP/v010_a.out" &&
+   same_state "$TMP/va/ckpt-00000006.h5" "$TMP/vb/ckpt-00000006.h5" &&
+   ! same_state "$FX/ckpt-00000003.h5" "$TMP/va/ckpt-00000006.h5"; then
+  if [[ "$kernels" == "oneDNN kernels: jit:avx2 on nChw8c" ]] && grep -q avx512f /proc/cpuinfo &&
+     [[ "$(grep -m1 "model name" /proc/cpuinfo)" == *"$(cat "$FX/CPU")" ]]; then
+    if same_state "$TMP/va/ckpt-00000006.h5" "$FX/ckpt-00000006.h5"; then
+      pass "checkpoint_of_0.1.0_resumes_bit_exactly (A == B, and == 0.1.0's own step 6)"
+    else
+      fail "checkpoint_of_0.1.0: resumed step 6 differs from 0.1.0's own" "$(h5diff -v "$TMP/va/ckpt-00000006.h5" "$FX/ckpt-00000006.h5" /model /model | tail -5)"
+    fi
+  else
+    pass "checkpoint_of_0.1.0_resumes_bit_exactly (A == B; 0.1.0's own step 6 not compared: kernels '$kernels' and this CPU ($(grep -m1 "model name" /proc/cpuinfo | cut -d: -f2-)) may block its sums differently from the fixture's)"
+  fi
+else
+  fail "checkpoint_of_0.1.0 rc=$rc_a/$rc_b4/$RC" "$out_a" "$(show)"
+fi
+
 # --- another world size ---------------------------------------------------------------------------
 run world4 300 mpirun -np 4 --oversubscribe "$BIN" "${COMMON[@]}" --checkpoint-dir "$TMP/W" --log-dir "$TMP/W/log" --resume "$TMP/B/ckpt-00000040.h5" --max-steps 45
 if [[ $RC -eq 0 ]] && grep -q "checkpoint written by 2 ranks, now 4" "$OUT" && grep -q "done: 45 steps" "$OUT" &&

@@ -36,6 +36,13 @@ if [[ $RC -eq 2 ]] && [[ $(grep -c "mnist_ddp: error: --eval-only --resume auto:
 else
   fail "eval_only_auto_with_no_checkpoint rc=$RC" "$(show)"
 fi
+run init_auto_empty 60 mpirun -np 2 "$BIN" --device cpu --data "$DATA" --init-weights auto --checkpoint-dir "$TMP/empty" --progress off --log-dir "$TMP/n3"
+if [[ $RC -eq 2 ]] && [[ $(grep -c "mnist_ddp: error: --init-weights auto: no checkpoint in $TMP/empty to start from; pass --checkpoint-dir DIR or --init-weights PATH" "$ERR") == 1 ]] &&
+   ! grep -q -- "--eval-only" "$ERR"; then
+  pass "init_weights_auto_with_no_checkpoint_names_init_weights"
+else
+  fail "init_weights_auto_with_no_checkpoint rc=$RC" "$(show)"
+fi
 
 # A checkpoint trained on the fixture data, resumed on Fashion-MNIST: a warning names both.
 run fx_train 120 mpirun -np 2 "$BIN" --device cpu --data "$TMP/fx/valid" --batch-size 8 --eval-batch-size 8 --max-steps 2 --progress off --log-dir "$TMP/f" --checkpoint-dir "$TMP/f"

@@ -17,6 +17,26 @@ if [[ $RC -eq 0 ]] && got=$("$CHECK" "$TMP/default.json" --ranks 2 --steps 10:60
 else
   fail "default_window rc=$RC" "$got" "$(show)"
 fi
+# 1b. The default window counts from the step the run starts at. Resumed at case 1's last
+#     checkpoint (step 80) up to step 150: steps 90..139 (placed from step 0 it named steps 10..59,
+#     which the run never executes). After --init-weights (the model of step 80, a fresh run of 70
+#     steps): steps 10..59, not from 80 (the model's step).
+run resumed_window 120 mpirun -np 2 "$BIN" "${COMMON[@]}" --max-steps 150 --resume auto --trace "$TMP/resumed.json" --log-dir "$TMP/rl" --checkpoint-dir "$TMP/dc"
+if [[ $RC -eq 0 ]] && grep -q "resume: step 80" "$OUT" &&
+   got=$("$CHECK" "$TMP/resumed.json" --ranks 2 --steps 90:140 --param-bytes $PARAM_BYTES 2>&1) &&
+   grep -q "trace: $TMP/resumed.json (steps 90:140" "$OUT"; then
+  pass "default_window_after_resume_traces_executed_steps ($got)"
+else
+  fail "resumed_window rc=$RC" "$got" "$(show)"
+fi
+run init_window 120 mpirun -np 2 "$BIN" "${COMMON[@]}" --max-steps 70 --init-weights "$TMP/dc/ckpt-00000080.h5" --trace "$TMP/init.json" --log-dir "$TMP/il" --checkpoint-dir "$TMP/ic"
+if [[ $RC -eq 0 ]] && grep -q "the model of step 80" "$OUT" &&
+   got=$("$CHECK" "$TMP/init.json" --ranks 2 --steps 10:60 --param-bytes $PARAM_BYTES 2>&1) &&
+   grep -q "trace: $TMP/init.json (steps 10:60" "$OUT"; then
+  pass "default_window_after_init_weights_traces_executed_steps ($got)"
+else
+  fail "init_window rc=$RC" "$got" "$(show)"
+fi
 
 # 2. --trace-steps 5:8 on 3 ranks with the fp16 hook: exactly those steps, half the bytes.
 run window 180 mpirun -np 3 "$BIN" "${COMMON[@]}" --max-steps 12 --compression fp16 --trace "$TMP/window.json" --trace-steps 5:8 --log-dir "$TMP/wl" --checkpoint-dir "$TMP/wc"

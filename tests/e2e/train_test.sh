@@ -76,4 +76,18 @@ if [[ $rc_synced -eq 0 ]] && [[ $RC -eq 3 ]] &&
 else
   fail "post_local_sgd synced_rc=$rc_synced between_rc=$RC" "$out_synced$(show)"
 fi
+
+# The communication plan's thread engine: --overlap-engine thread opens the thread; with PowerSGD
+# (which reduces whole buckets after backward on the training thread) it opens none and says why.
+TE=(--device cpu --data "$DATA" --epochs 1 --max-steps 4 --overlap-engine thread --progress off)
+run thread_engine 120 mpirun -np 2 "$BIN" "${TE[@]}" --log-dir "$TMP/lte" --checkpoint-dir "$TMP/cte"
+rc_thread=$RC; out_thread="$(show)"
+grep -q "^communication thread: on" "$OUT" && grep -q "done: 4 steps" "$OUT" || rc_thread=99
+run thread_powersgd 120 mpirun -np 2 "$BIN" "${TE[@]}" --compression powersgd --log-dir "$TMP/ltp" --checkpoint-dir "$TMP/ctp"
+if [[ $rc_thread -eq 0 && $RC -eq 0 ]] && grep -q "done: 4 steps" "$OUT" &&
+   grep -q "^communication thread off: PowerSGD" "$OUT" && ! grep -q "^communication thread: on" "$OUT"; then
+  pass "thread_engine_opens_its_thread_and_powersgd_opens_none"
+else
+  fail "thread_engine thread_rc=$rc_thread powersgd_rc=$RC" "$out_thread" "$(show)"
+fi
 finish

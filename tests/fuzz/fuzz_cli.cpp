@@ -8,6 +8,7 @@
 
 #include "fuzz_common.hpp"
 #include "mnist_ddp/app/cli.hpp"
+#include "mnist_ddp/app/flag_rules.hpp"
 #include "mnist_ddp/runtime/check.hpp"
 #include "mnist_ddp/runtime/device.hpp"
 

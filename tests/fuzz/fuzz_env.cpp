@@ -9,7 +9,7 @@
 
 #include "fuzz_common.hpp"
 #include "mnist_ddp/runtime/check.hpp"
-#include "mnist_ddp/runtime/runtime.hpp"
+#include "mnist_ddp/runtime/identity.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   if (size < 4) return 0;

@@ -17,16 +17,16 @@
 #include "mnist_ddp/data/dataset.hpp"
 #include "mnist_ddp/dist/comm.hpp"
 #include "mnist_ddp/dist/compress.hpp"
-#include "mnist_ddp/dist/ddp.hpp"
 #include "mnist_ddp/dist/reducer.hpp"
+#include "mnist_ddp/dist/replicas.hpp"
 #include "mnist_ddp/dist/threaded_comm.hpp"
 #include "mnist_ddp/model/model.hpp"
 #include "mnist_ddp/model/rng.hpp"
 #include "mnist_ddp/ops/ops.hpp"
 #include "mnist_ddp/runtime/agree.hpp"
 #include "mnist_ddp/runtime/check.hpp"
+#include "mnist_ddp/runtime/identity.hpp"
 #include "mnist_ddp/runtime/log.hpp"
-#include "mnist_ddp/runtime/runtime.hpp"
 #include "mnist_ddp/train/trainer.hpp"
 #include "world.hpp"
 
@@ -51,7 +51,9 @@ TEST(Ddp, ReplicasStayBitwiseIdentical) {
   Logger log(r, temp_log_dir(), false);
   ops->load_dataset(Ops::kTrain, data.train);
   ops->load_dataset(Ops::kTest, data.test);
-  Trainer t(cfg, world(), world(), *ops, model, data, log);
+  Trainer t(cfg,
+            TrainerComms{world(), world(), plan_communication(cfg, Device::Cpu, world().size())},
+            *ops, model, data, log);
   EXPECT_EQ(t.run().steps, 5);
   EXPECT_FALSE(std::equal(initial.begin(), initial.end(), model.params().begin()));
   std::vector<std::uint64_t> hashes(static_cast<std::size_t>(world().size()));

@@ -11,7 +11,7 @@
 #include "../common/compare.hpp"
 #include "../common/gpu_probe.hpp"
 #include "mnist_ddp/dist/comm.hpp"
-#include "mnist_ddp/dist/ddp.hpp"
+#include "mnist_ddp/dist/replicas.hpp"
 #include "mnist_ddp/model/amp.hpp"
 #include "mnist_ddp/model/model.hpp"
 #include "mnist_ddp/model/rng.hpp"

@@ -1,7 +1,7 @@
-// gradient_path_test.cpp — how a run's gradients travel, checked on the CPU under mpirun: the GPU's
-// device-memory Reducer is chosen because the communicator's collectives take device memory,
-// never because a step is capturable (a capturable host-staged world of one once got the device
-// Reducer's graphs without its device path and crashed at the first step); the agreement a failed
+// gradient_path_test.cpp — how a run's gradients travel, checked on the CPU under mpirun: the
+// communication plan against the real communicators it chooses (device memory and capture agree;
+// a capturable host-staged world of one once got the device Reducer's graphs without its device
+// path and crashed at the first step); the agreement a failed
 // CUDA graph capture relies on; and a communicator's bookkeeping rewound after a step that never
 // ran.
 #include <gtest/gtest.h>
@@ -9,6 +9,7 @@
 #include <string>
 
 #include "mnist_ddp/app/cli.hpp"
+#include "mnist_ddp/app/comm_plan.hpp"
 #include "mnist_ddp/dist/comm.hpp"
 #include "mnist_ddp/runtime/agree.hpp"
 #include "mnist_ddp/runtime/device.hpp"
@@ -17,60 +18,33 @@
 namespace mnist_ddp {
 namespace {
 
-TEST(GradientPath, TheDeviceReducerFollowsDeviceMemoryNotCapturability) {
+TEST(CommPlan, MatchesTheCommunicatorsItOpens) {
+  // The plan is pure (tests/unit/comm_plan_test.cpp); here it meets the real communicators it
+  // chooses: the Trainer refuses a plan whose device memory or capture disagrees with them.
   Config cfg;  // --cuda-graphs on by default
-  ASSERT_TRUE(cfg.cuda_graphs);
   auto mpi = make_mpi_comm();
-  EXPECT_FALSE(mpi->device_memory());
-  GradientPath p = choose_gradient_path(cfg, Device::Cpu, *mpi);
-  EXPECT_FALSE(p.device_reducer);
-  EXPECT_FALSE(p.graphs);
-  EXPECT_EQ(p.why_no_graphs, "");
+  CommPlan p = plan_communication(cfg, Device::Cpu, mpi->size());
+  EXPECT_EQ(p.device_reducer(), mpi->device_memory());
   if (!cuda_built()) GTEST_SKIP() << "built without CUDA: there is no host-staged communicator";
 
   // --comm mpi on a GPU, this world (2 or 4 ranks): device memory, the host in every step.
+  cfg.comm = CommChoice::Mpi;
   auto staged = make_host_staged_comm();
+  p = plan_communication(cfg, Device::Cuda, staged->size());
+  EXPECT_TRUE(p.device_reducer());
   EXPECT_TRUE(staged->device_memory());
-  EXPECT_FALSE(staged->capturable());
-  p = choose_gradient_path(cfg, Device::Cuda, *staged);
-  EXPECT_TRUE(p.device_reducer);
   EXPECT_FALSE(p.graphs);
-  EXPECT_NE(p.why_no_graphs.find("--comm mpi with several ranks"), std::string::npos)
-      << p.why_no_graphs;
+  EXPECT_FALSE(staged->capturable());
 
   // The case that crashed: --comm mpi alone (each rank its own group here) is capturable and
-  // must get the device Reducer (the staged communicator divides on the device) and graphs.
+  // gets the device Reducer (the staged communicator divides on the device) and graphs.
   auto alone = make_host_staged_group_comm(staged->rank());
   ASSERT_EQ(alone->size(), 1);
+  p = plan_communication(cfg, Device::Cuda, alone->size());
+  EXPECT_TRUE(p.device_reducer());
   EXPECT_TRUE(alone->device_memory());
-  EXPECT_TRUE(alone->capturable());
-  p = choose_gradient_path(cfg, Device::Cuda, *alone);
-  EXPECT_TRUE(p.device_reducer);
   EXPECT_TRUE(p.graphs);
-  EXPECT_EQ(p.why_no_graphs, "");
-
-  // What turns graphs off says why; --cuda-graphs off needs no reason.
-  cfg.sync_bn = true;
-  p = choose_gradient_path(cfg, Device::Cuda, *alone);
-  EXPECT_TRUE(p.device_reducer);
-  EXPECT_FALSE(p.graphs);
-  EXPECT_NE(p.why_no_graphs.find("--sync-bn"), std::string::npos) << p.why_no_graphs;
-  cfg.sync_bn = false;
-  cfg.local_sgd_start = 10;
-  p = choose_gradient_path(cfg, Device::Cuda, *alone);
-  EXPECT_FALSE(p.graphs);
-  EXPECT_NE(p.why_no_graphs.find("post-local SGD"), std::string::npos) << p.why_no_graphs;
-  cfg.local_sgd_start = -1;
-  cfg.debug_collectives = true;
-  p = choose_gradient_path(cfg, Device::Cuda, *alone);
-  EXPECT_FALSE(p.graphs);
-  EXPECT_NE(p.why_no_graphs.find("--debug-collectives"), std::string::npos) << p.why_no_graphs;
-  cfg.debug_collectives = false;
-  cfg.cuda_graphs = false;
-  p = choose_gradient_path(cfg, Device::Cuda, *alone);
-  EXPECT_TRUE(p.device_reducer);
-  EXPECT_FALSE(p.graphs);
-  EXPECT_EQ(p.why_no_graphs, "");
+  EXPECT_TRUE(alone->capturable());
 }
 
 // A failed capture on some ranks: every rank learns the lowest failing rank and its message.

@@ -10,7 +10,7 @@
 #include <memory>
 
 #include "mnist_ddp/runtime/check.hpp"
-#include "mnist_ddp/runtime/runtime.hpp"
+#include "mnist_ddp/runtime/identity.hpp"
 #include "world.hpp"
 
 int main(int argc, char** argv) {

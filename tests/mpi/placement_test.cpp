@@ -8,8 +8,8 @@
 
 #include "mnist_ddp/dist/comm.hpp"
 #include "mnist_ddp/runtime/check.hpp"
+#include "mnist_ddp/runtime/identity.hpp"
 #include "mnist_ddp/runtime/placement.hpp"
-#include "mnist_ddp/runtime/runtime.hpp"
 
 namespace mnist_ddp {
 namespace {

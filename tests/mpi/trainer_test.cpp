@@ -15,15 +15,15 @@
 #include "mnist_ddp/data/dataset.hpp"
 #include "mnist_ddp/dist/comm.hpp"
 #include "mnist_ddp/dist/compress.hpp"
-#include "mnist_ddp/dist/ddp.hpp"
 #include "mnist_ddp/dist/reducer.hpp"
+#include "mnist_ddp/dist/replicas.hpp"
 #include "mnist_ddp/model/model.hpp"
 #include "mnist_ddp/model/rng.hpp"
 #include "mnist_ddp/ops/ops.hpp"
 #include "mnist_ddp/runtime/agree.hpp"
 #include "mnist_ddp/runtime/check.hpp"
+#include "mnist_ddp/runtime/identity.hpp"
 #include "mnist_ddp/runtime/log.hpp"
-#include "mnist_ddp/runtime/runtime.hpp"
 #include "mnist_ddp/train/trainer.hpp"
 #include "world.hpp"
 
@@ -46,7 +46,9 @@ TEST(Trainer, EvaluationCountsEveryTestImageOnceAndRunTrains) {
   Logger log(world().rank(), temp_log_dir(), false);
   ops->load_dataset(Ops::kTrain, data.train);
   ops->load_dataset(Ops::kTest, data.test);
-  Trainer t(cfg, world(), world(), *ops, model, data, log);
+  Trainer t(cfg,
+            TrainerComms{world(), world(), plan_communication(cfg, Device::Cpu, world().size())},
+            *ops, model, data, log);
   const EvalResult e = t.evaluate();
   EXPECT_EQ(e.count, 1001);
   EXPECT_GE(e.top5, e.top1);

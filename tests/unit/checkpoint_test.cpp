@@ -7,6 +7,7 @@
 #include <hdf5.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <cstdio>
 #include <cstring>
 #include <iterator>
 
@@ -22,7 +23,6 @@
 #include "mnist_ddp/model/rng.hpp"
 #include "mnist_ddp/ops/ops.hpp"
 #include "mnist_ddp/runtime/check.hpp"
-#include "mnist_ddp/runtime/requeue.hpp"
 #include "test_util.hpp"
 
 namespace mnist_ddp {
@@ -144,6 +144,56 @@ TEST_F(CheckpointTest, RoundTripEveryDatasetAndAttribute) {
   int files = 0;
   for (const auto& e : fs::directory_iterator(dir_)) files += e.is_regular_file() ? 1 : 0;
   EXPECT_EQ(files, 1);
+}
+
+// h5dump of a file without its first line (it names the file) and without the attributes that
+// say when and by which program it was written.
+std::string dump_without_write_time(const std::string& path) {
+  const std::string cmd = "h5dump '" + path + "' 2>&1";
+  std::FILE* p = ::popen(cmd.c_str(), "r");
+  if (p == nullptr) return "popen failed";
+  std::string out;
+  char buf[4096];
+  for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
+  if (::pclose(p) != 0) return "h5dump failed: " + out;
+  out.erase(0, out.find('\n') + 1);
+  for (const char* attr : {"created", "program_version"}) {
+    const std::string open = std::string("ATTRIBUTE \"") + attr + "\" {";
+    const std::size_t a = out.find(open);
+    if (a == std::string::npos) return std::string("no attribute ") + attr + " in " + path;
+    // The attribute's block ends at the first line that closes at its own indentation.
+    const std::size_t line = out.rfind('\n', a) + 1;
+    const std::string close = "\n" + out.substr(line, a - line) + "}\n";
+    const std::size_t b = out.find(close, a);
+    if (b == std::string::npos) return std::string("unterminated attribute ") + attr;
+    out.erase(line, b + close.size() - line);
+  }
+  return out;
+}
+
+// The format is unchanged: a checkpoint written by mnist_ddp 0.1.0 before the checkpoint code
+// was split into a schema (tests/fixtures/checkpoint-0.1.0, see its README.md) is read and
+// written back by this version with every group, dataset, attribute, type, filter and value
+// the same (h5dump of both; only the write time and program version may differ).
+TEST_F(CheckpointTest, ACheckpointOfVersion010IsReadAndWrittenBackUnchanged) {
+  const std::string old_file = "tests/fixtures/checkpoint-0.1.0/ckpt-00000003.h5";
+  ASSERT_TRUE(fs::exists(old_file)) << "run from the repository root";
+  const TrainingState s = load_checkpoint(old_file, layout_);
+  EXPECT_EQ(s.step, 3);
+  EXPECT_EQ(s.world_size, 2);
+  const std::string rewritten = save_checkpoint(dir_.string(), s, layout_);
+  EXPECT_EQ(fs::path(rewritten).filename(), "ckpt-00000003.h5");
+  const std::string before = dump_without_write_time(old_file);
+  const std::string after = dump_without_write_time(rewritten);
+  EXPECT_GT(before.size(), 100000u) << before.substr(0, 300);
+  EXPECT_TRUE(before == after) << "the rewritten file differs from the 0.1.0 file (diff: h5diff -v "
+                               << old_file << " " << rewritten << ")";
+  // And it loads back to the same state.
+  const TrainingState again = load_checkpoint(rewritten, layout_);
+  EXPECT_EQ(again.params, s.params);
+  EXPECT_EQ(again.momentum, s.momentum);
+  EXPECT_EQ(again.config_json, s.config_json);
+  EXPECT_EQ(payload_crc32(again), payload_crc32(s));
 }
 
 TEST_F(CheckpointTest, RejectsTruncatedFile) {

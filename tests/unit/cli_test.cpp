@@ -2,15 +2,20 @@
 // documenting every flag the parser knows (so usage text cannot drift from the docs).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <nlohmann/json.hpp>
+
 #include <fstream>
 #include <regex>
 #include <set>
 #include <sstream>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "mnist_ddp/app/cli.hpp"
+#include "mnist_ddp/app/flag_rules.hpp"
 #include "mnist_ddp/dist/compress.hpp"
 #include "mnist_ddp/dist/reducer.hpp"
 #include "mnist_ddp/model/amp.hpp"
@@ -20,6 +25,7 @@
 #include "mnist_ddp/runtime/check.hpp"
 #include "mnist_ddp/runtime/device.hpp"
 #include "mnist_ddp/runtime/trace.hpp"
+#include "test_util.hpp"
 
 namespace mnist_ddp {
 namespace {
@@ -38,12 +44,7 @@ std::string parse_error(std::vector<std::string> args) {
 }
 
 Config parse_ok(std::vector<std::string> args) {
-  args.insert(args.begin(), "mnist_ddp");
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  Config c;
-  EXPECT_EQ(parse_cli(static_cast<int>(argv.size()), argv.data(), c, false), ParseOutcome::Run);
-  return c;
+  return testing::parse_flags(std::move(args));
 }
 
 TEST(Cli, Defaults) {
@@ -203,6 +204,86 @@ TEST(Cli, ReadmeDocumentsEveryFlag) {
         << name << " is not documented in README.md";
   }
   EXPECT_GT(n, 20);
+}
+
+// The stored configuration (logged, in metrics.jsonl and every checkpoint; what resume compares)
+// comes from the option table itself: every flag of --help is in it under its own name (--a-b as
+// "a_b"), with the value as typed; nothing else is.
+TEST(Cli, StoredConfigurationHoldsEveryFlagAsTyped) {
+  const std::string help = help_text();
+  const std::regex flag("\\n  (?:-[a-z],)?(--[a-z][a-z0-9-]+)");
+  const nlohmann::json stored = nlohmann::json::parse(config_json(Config{}));
+  std::set<std::string> keys;
+  for (std::sregex_iterator it(help.begin(), help.end(), flag), end; it != end; ++it) {
+    std::string name = std::string((*it)[1]).substr(2);
+    if (name == "help" || name == "version") continue;  // they act, they configure nothing
+    std::replace(name.begin(), name.end(), '-', '_');
+    keys.insert(name);
+    EXPECT_TRUE(stored.contains(name)) << "--" << (*it)[1] << " is missing from config_json";
+  }
+  EXPECT_EQ(keys.size(), stored.size()) << stored.dump();
+  EXPECT_GT(keys.size(), 60u);
+  const nlohmann::json j = nlohmann::json::parse(
+      config_json(parse_ok({"--no-shuffle", "--requeue-signal", "HUP", "--tf32", "off",
+                            "--eval-only", "--resume", "auto", "--progress", "on", "--debug-slow",
+                            "1:data:5", "--init-weights", "", "--data", "d", "--seed", "7"})));
+  EXPECT_EQ(j["no_shuffle"], true);
+  EXPECT_FALSE(j.contains("shuffle"));
+  EXPECT_EQ(j["requeue_signal"], "HUP");
+  EXPECT_EQ(j["flight_dump_signal"], "USR2");
+  EXPECT_EQ(j["tf32"], "off");
+  EXPECT_EQ(j["eval_only"], true);
+  EXPECT_EQ(j["resume"], "auto");
+  EXPECT_EQ(j["progress"], "on");
+  EXPECT_EQ(j["debug_slow"], "1:data:5");
+  EXPECT_EQ(j["data"], "d");
+  EXPECT_EQ(j["seed"], 7);
+  EXPECT_EQ(j["batch_size"], 100);
+}
+
+// What a user reads to reproduce a run reproduces it: the stored configuration written back as a
+// command line parses to the same configuration.
+TEST(Cli, StoredConfigurationIsACommandLine) {
+  const Config first = parse_ok({"--no-shuffle",
+                                 "--lr",
+                                 "0.05",
+                                 "--lr-schedule",
+                                 "cosine",
+                                 "--compression",
+                                 "fp16",
+                                 "--sync-bn",
+                                 "--requeue-signal",
+                                 "USR2",
+                                 "--flight-dump-signal",
+                                 "HUP",
+                                 "--cuda-graphs",
+                                 "off",
+                                 "--seed",
+                                 "18446744073709551615",
+                                 "--trace",
+                                 "t.json",
+                                 "--trace-steps",
+                                 "3:9",
+                                 "--local-sgd-start",
+                                 "4"});
+  const nlohmann::json stored = nlohmann::json::parse(config_json(first));
+  std::vector<std::string> args;
+  for (const auto& [key, value] : stored.items()) {
+    std::string flag = "--" + key;
+    std::replace(flag.begin(), flag.end(), '_', '-');
+    if (value.is_boolean()) {
+      if (value.get<bool>()) args.push_back(flag);
+    } else if (value.is_string()) {
+      if (value.get<std::string>().empty()) continue;  // the flag's default: nothing typed
+      args.push_back(flag);
+      args.push_back(value.get<std::string>());
+    } else {
+      args.push_back(flag);
+      args.push_back(value.dump());
+    }
+  }
+  EXPECT_EQ(nlohmann::json::parse(config_json(parse_ok(args))), stored);
+  EXPECT_EQ(stored["seed"], 18446744073709551615ull);
 }
 
 }  // namespace

@@ -25,7 +25,7 @@
 #include "mnist_ddp/ops/ops.hpp"
 #include "mnist_ddp/runtime/check.hpp"
 #include "mnist_ddp/runtime/device.hpp"
-#include "ops/cpu/cpu_ops.hpp"
+#include "ops/cpu/cpu_kernels.hpp"
 
 namespace mnist_ddp {
 namespace {

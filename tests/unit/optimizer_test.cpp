@@ -4,7 +4,7 @@
 #include <cmath>
 
 #include "mnist_ddp/model/optimizer.hpp"
-#include "ops/cpu/cpu_ops.hpp"
+#include "ops/cpu/cpu_kernels.hpp"
 
 namespace mnist_ddp {
 namespace {

@@ -4,8 +4,8 @@
 
 #include "mnist_ddp/runtime/check.hpp"
 #include "mnist_ddp/runtime/device.hpp"
+#include "mnist_ddp/runtime/identity.hpp"
 #include "mnist_ddp/runtime/placement.hpp"
-#include "mnist_ddp/runtime/runtime.hpp"
 
 namespace mnist_ddp {
 namespace {

@@ -5,9 +5,9 @@
 
 #include <vector>
 
-#include "mnist_ddp/train/debug_seams.hpp"
 #include "mnist_ddp/train/report.hpp"
 #include "mnist_ddp/train/straggler.hpp"
+#include "mnist_ddp/train/test_seams.hpp"
 
 namespace mnist_ddp {
 namespace {

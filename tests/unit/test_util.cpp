@@ -19,4 +19,13 @@ void expect_user_error(const std::function<void()>& fn, const std::string& file,
   }
 }
 
+Config parse_flags(std::vector<std::string> args) {
+  args.insert(args.begin(), "mnist_ddp");
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  Config c;
+  EXPECT_EQ(parse_cli(static_cast<int>(argv.size()), argv.data(), c, false), ParseOutcome::Run);
+  return c;
+}
+
 }  // namespace mnist_ddp::testing

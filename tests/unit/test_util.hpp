@@ -3,11 +3,18 @@
 
 #include <functional>
 #include <string>
+#include <vector>
+
+#include "mnist_ddp/app/cli.hpp"
 
 namespace mnist_ddp::testing {
 
 // Expects fn to throw UserError whose message contains both `file` and `what`.
 void expect_user_error(const std::function<void()>& fn, const std::string& file,
                        const std::string& what);
+
+// The configuration these flags parse to (argv[0] added); a parse that does not return Run fails
+// the test.
+Config parse_flags(std::vector<std::string> args);
 
 }  // namespace mnist_ddp::testing

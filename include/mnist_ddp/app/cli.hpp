@@ -96,11 +96,6 @@ enum class ParseOutcome { Run, ExitOk };
 // return ExitOk. A bad command line throws UserError naming the flag and the fix.
 ParseOutcome parse_cli(int argc, char** argv, Config& cfg, bool print);
 
-// The flag combinations the resolved device cannot run (PowerSGD / the thread engine / --comm mpi
-// with hooks or post-local SGD on a GPU, --amp or --comm nccl on the CPU, ...): a UserError
-// naming the flags and the fix. thread_multiple: whether MPI granted MPI_THREAD_MULTIPLE.
-void check_flags_for_device(const Config& cfg, Device device, bool thread_multiple);
-
 // The --help text (for the README consistency test).
 std::string help_text();
 

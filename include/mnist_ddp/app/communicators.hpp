@@ -11,10 +11,12 @@
 #include <string>
 
 #include "mnist_ddp/app/cli.hpp"
+#include "mnist_ddp/app/comm_plan.hpp"
 #include "mnist_ddp/dist/comm.hpp"
 #include "mnist_ddp/dist/flight_recorder.hpp"
 #include "mnist_ddp/runtime/device.hpp"
 #include "mnist_ddp/runtime/watchdog.hpp"
+#include "mnist_ddp/train/trainer.hpp"
 
 namespace mnist_ddp {
 
@@ -41,14 +43,17 @@ class Communicators {
   void start_watchdog(const Config& cfg, int rank, const std::string& host);
   // Collective: the NCCL communicator (bootstrapped through MPI), before the ops exist.
   void open_nccl();
-  // Collective on a GPU with --comm mpi: the host-staged MPI communicator. Then the data
-  // communicator joins the ops' stream (NCCL by events: a step stays capturable as a graph).
-  void bind_data(Device device, void* stream);
-  // Collective: post-local SGD's group of this color (MPI on the CPU, NCCL on a GPU).
-  void open_local(Device device, int color, void* stream);
+  // Collective when the plan stages gradients through the host (a GPU with --comm mpi): the
+  // host-staged MPI communicator. Then the data communicator joins the ops' stream (NCCL by
+  // events: a step stays capturable as a graph).
+  void bind_data(const CommPlan& plan, void* stream);
+  // Collective: post-local SGD's group of this color (plan.local_sgd: MPI or NCCL).
+  void open_local(const CommPlan& plan, int color, void* stream);
   // Collective: the communication thread's own duplicate of the world (collectives on one
   // communicator must not be issued from two threads at once).
   void open_thread();
+  // What the trainer works with: these communicators and the plan that opened them.
+  TrainerComms for_trainer(const CommPlan& plan);
 
  private:
   void watch(Comm& c, const char* name);

@@ -19,11 +19,19 @@ class ConvNet;
 class Ops;
 class Trainer;
 
+// Where a run starts: two steps that differ after --init-weights (a trained model, a fresh run)
+// and must not be mixed up (a --trace window placed by the model's step traced steps the run
+// never executes).
+struct StartState {
+  std::int64_t first_step =
+      0;  // the step training continues from: the trainer's (0 unless --resume)
+  std::int64_t model_step = 0;  // the step of the checkpoint the model came from (0 when fresh)
+};
+
 // Collective (an agreement, then broadcasts): the checkpoint's model or training state applied
-// to model and trainer, with the input transform it was trained with. Returns the step of the
-// checkpoint the model came from (0 when the run starts fresh).
-std::int64_t restore_start_state(Comm& control, const Config& cfg, DataSplit& data, Ops& ops,
-                                 ConvNet& model, Trainer& trainer, Logger& log);
+// to model and trainer, with the input transform it was trained with.
+StartState restore_start_state(Comm& control, const Config& cfg, DataSplit& data, Ops& ops,
+                               ConvNet& model, Trainer& trainer, Logger& log);
 
 // Collective (agreement), after the start state: no checkpoint of another run (another run id, or
 // none: an older mnist_ddp) sits in --checkpoint-dir under a name this run will write (a later

@@ -62,4 +62,9 @@ Retention prune_checkpoints(const std::string& dir, int keep, const std::string&
 std::vector<std::string> checkpoints_in_the_way(const std::string& dir, const std::string& run_id,
                                                 std::int64_t start_step);
 
+// Records `path` as this job's preemption checkpoint (in dir/.preempt-<SLURM_JOB_ID or "local">)
+// and deletes the one recorded before it when that is an older checkpoint of dir (never anything
+// else). Returns the deleted path (empty if none).
+std::string roll_preemption_checkpoint(const std::string& dir, const std::string& path);
+
 }  // namespace mnist_ddp

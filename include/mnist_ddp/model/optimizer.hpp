@@ -1,5 +1,5 @@
 // optimizer.hpp — SGD with momentum / weight decay / nesterov (PyTorch's update rule, see
-// cpu_ops.hpp SgdParams) over the flat parameter arena, and the learning-rate schedules.
+// cpu_kernels.hpp SgdParams) over the flat parameter arena, and the learning-rate schedules.
 #pragma once
 
 #include <cstdint>

@@ -1,12 +1,13 @@
 // ops.hpp — the Ops interface: exactly the operations the ConvNet needs, on float32 buffers that
 // live on the backend's device, in the backend's own activation layout (the model never indexes
 // activations itself). Implementations:
-//   reference: src/ops/cpu/cpu_backend.cpp, im2col + OpenBLAS, [C][N][H][W]; the templated
-//              kernels of cpu_ops.hpp, checked against finite differences.
+//   reference: src/ops/cpu/cpu_ops.cpp, im2col + OpenBLAS, [C][N][H][W]; the templated
+//              kernels of cpu_kernels.hpp, checked against finite differences.
 //   onednn:    src/ops/cpu/dnnl_backend.cpp, oneDNN JIT convolutions on channel-blocked
 //              [N][C/B][H][W][B] activations (B = 16 with AVX-512, 8 with AVX2); the default
 //              CPU backend (2.5x faster convolutions).
-//   cuda:      src/ops/cuda/cuda_ops.cu, cuDNN convolutions, cuBLAS fc, own kernels; NCHW, one
+//   cuda:      src/ops/cuda/cuda_ops.cu, cuDNN convolutions, cuBLAS fc, own kernels (kernels.cu);
+//   NCHW, one
 //              stream.
 // Parameters and gradients are always in PyTorch's layout (OIHW conv weights, [out][in] fc).
 #pragma once
@@ -23,7 +24,7 @@
 #include "mnist_ddp/runtime/device.hpp"
 #include "mnist_ddp/runtime/enum_names.hpp"
 #include "mnist_ddp/runtime/trace.hpp"
-#include "ops/cpu/cpu_ops.hpp"
+#include "ops/cpu/cpu_kernels.hpp"
 
 namespace mnist_ddp {
 
@@ -109,7 +110,7 @@ class Ops {
   // gather() at the offset of the last set_step_scalars.
   virtual void gather_at_step(int slot, int n, float mean, float std, float* x,
                               std::int32_t* y) = 0;
-  // One SGD update (cpu_ops.hpp's rule, s.lr ignored) at the lr and first-step flag of the last
+  // One SGD update (cpu_kernels.hpp's rule, s.lr ignored) at the lr and first-step flag of the last
   // set_step_scalars.
   virtual void sgd_step(std::size_t n, float* p, const float* g, float* momentum_buf,
                         const SgdParams& s) = 0;
@@ -122,7 +123,7 @@ class Ops {
   virtual void* stream() const = 0;
   // The timeline's clock (trace.hpp): host time, or CUDA events on stream() with NVTX ranges.
   virtual std::unique_ptr<StampClock> make_stamp_clock() = 0;
-  // SyncBatchNorm (--sync-bn): the training-mode BN ops call these exchanges (cpu_ops.hpp);
+  // SyncBatchNorm (--sync-bn): the training-mode BN ops call these exchanges (cpu_kernels.hpp);
   // nullptr turns it off. The caller keeps *sync alive while set.
   virtual void set_bn_sync(const BnSync* sync) = 0;
   // Mixed precision (--amp; the CUDA backend, a UserError elsewhere unless Off). fp16/bf16:

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "mnist_ddp/app/cli.hpp"
+#include "mnist_ddp/app/comm_plan.hpp"
 #include "mnist_ddp/checkpoint/checkpoint.hpp"
 #include "mnist_ddp/data/dataset.hpp"
 #include "mnist_ddp/dist/comm.hpp"
@@ -20,11 +21,11 @@
 #include "mnist_ddp/model/tensor.hpp"
 #include "mnist_ddp/ops/step_graph.hpp"
 #include "mnist_ddp/runtime/log.hpp"
-#include "mnist_ddp/train/debug_seams.hpp"
 #include "mnist_ddp/train/report.hpp"
 #include "mnist_ddp/train/step_phases.hpp"
 #include "mnist_ddp/train/stopwatch.hpp"
 #include "mnist_ddp/train/straggler.hpp"
+#include "mnist_ddp/train/test_seams.hpp"
 
 namespace mnist_ddp {
 
@@ -40,16 +41,15 @@ struct TrainResult {
   std::string last_checkpoint;   // path of the newest checkpoint written by this run
 };
 
-// How a run's gradients travel and whether its steps are graph-captured, decided once from the
-// device and the data communicator (pure: unit-tested without a GPU). A GPU's gradients go
-// through the device-memory Reducer exactly when the communicator's collectives take device
-// memory (NCCL, host-staged MPI), whatever capturable() says; graphs need a capturable step.
-struct GradientPath {
-  bool device_reducer = false;  // the Reducer works on device memory (a GPU run)
-  bool graphs = false;          // the training step is captured in CUDA graphs
-  std::string why_no_graphs;    // --cuda-graphs on but graphs off: why (logged); else ""
+// The communicators a trainer works with, and the plan (comm_plan.hpp) that chose them.
+struct TrainerComms {
+  Comm& control;           // host memory: agreement, metrics, evaluation sums
+  Comm& data;              // the model's memory: MPI on the CPU; NCCL or host-staged MPI on a GPU
+  CommPlan plan;           // which of them carries the gradients, and whether steps are graphs
+  Comm* local = nullptr;   // post-local SGD's node-local group (plan.local_sgd)
+  Comm* thread = nullptr;  // the communication thread's (plan.thread_engine; threaded_comm.hpp)
+  FlightRecorder* flight = nullptr;  // told each step's number: its records name the step
 };
-GradientPath choose_gradient_path(const Config& cfg, Device device, const Comm& data_comm);
 
 // One micro-batch of an optimizer step (--accumulate): its index among the step's count. The
 // first broadcasts the BN buffers (as DDP's forward after a synchronised step does), every one
@@ -76,16 +76,11 @@ inline constexpr std::int64_t kGpuPhaseSampleEvery = 50;
 
 class Trainer {
  public:
-  // comm: host-memory control collectives (agreement, metrics, evaluation sums); data_comm:
-  // collectives on the model's memory (the same MpiComm on CPU; NCCL or host-staged MPI on GPU).
-  // The data splits must already be loaded into ops (Ops::load_dataset). local_comm: this rank's
-  // node-local group, for post-local SGD (--local-sgd-start). thread_comm: the communication
-  // thread's communicator (threaded_comm.hpp; --overlap-engine thread). flight: told each step's
-  // number, so its records say which step a collective belonged to. tracer: the timeline
-  // (trace.hpp; the model's and the Reducer's spans too), outliving the trainer.
-  Trainer(const Config& cfg, Comm& comm, Comm& data_comm, Ops& ops, ConvNet& model,
-          const DataSplit& data, Logger& log, Comm* local_comm = nullptr,
-          Comm* thread_comm = nullptr, FlightRecorder* flight = nullptr, Tracer* tracer = nullptr);
+  // comms: its communicators and their plan. The data splits must already be loaded into ops
+  // (Ops::load_dataset). tracer: the timeline (trace.hpp; the model's and the Reducer's spans
+  // too), outliving the trainer.
+  Trainer(const Config& cfg, const TrainerComms& comms, Ops& ops, ConvNet& model,
+          const DataSplit& data, Logger& log, Tracer* tracer = nullptr);
   ~Trainer();
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;

@@ -2,17 +2,17 @@
 // for B = 8, AVX2's vector, or nChw16c for B = 16, AVX-512's), the layout of the oneDNN backend:
 // BatchNorm statistics, the fused BN->ReLU->maxpool forward/backward, and the conversions to/from
 // the fc rows. Every inner loop runs over the B channels of a block, one SIMD vector wide. `block`
-// is 8 or 16 and C a multiple of it. Semantics are those of the reference kernels in cpu_ops.hpp
-// (tested against them, at both block sizes).
+// is 8 or 16 and C a multiple of it. Semantics are those of the reference kernels in
+// cpu_kernels.hpp (tested against them, at both block sizes).
 #pragma once
 
 #include <cstdint>
 
-#include "ops/cpu/cpu_ops.hpp"
+#include "ops/cpu/cpu_kernels.hpp"
 
 namespace mnist_ddp::blocked {
 
-// sync: SyncBatchNorm's exchanges (cpu_ops.hpp), or nullptr.
+// sync: SyncBatchNorm's exchanges (cpu_kernels.hpp), or nullptr.
 void batchnorm_stats(int block, int c, int n, int hw, const float* x, double eps, double momentum,
                      float* save_mean, float* save_invstd, float* running_mean, float* running_var,
                      const cpu::BnSync* sync = nullptr);

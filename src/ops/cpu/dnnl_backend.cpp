@@ -21,7 +21,7 @@
 #include "mnist_ddp/ops/ops.hpp"
 #include "mnist_ddp/runtime/check.hpp"
 #include "ops/cpu/blocked_ops.hpp"
-#include "ops/cpu/cpu_ops.hpp"
+#include "ops/cpu/cpu_kernels.hpp"
 #include "ops/cpu/host_ops.hpp"
 
 namespace mnist_ddp {

@@ -8,7 +8,7 @@
 
 #include "mnist_ddp/model/half.hpp"
 #include "mnist_ddp/runtime/check.hpp"
-#include "ops/cpu/cpu_ops.hpp"
+#include "ops/cpu/cpu_kernels.hpp"
 
 namespace mnist_ddp {
 

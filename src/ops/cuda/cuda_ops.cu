@@ -1,9 +1,10 @@
 // cuda_ops.cu — CudaOps: the Ops interface on one GPU. cuDNN (v9 legacy API) for the
 // convolutions with the algorithm chosen once per shape (cudnnGet*Algorithm_v7) and one explicit,
-// growing workspace; cuBLAS for the fc layer; own kernels for BN statistics, the fused
-// BN->ReLU->maxpool forward/backward, softmax cross-entropy with top-1/top-5, SGD, and the batch
-// gather/normalise from the device-resident dataset. Activations are plain NCHW (so the flatten
-// before fc is a copy). Semantics are the CPU reference's (cpu_ops.hpp).
+// growing workspace; cuBLAS for the fc layer; own kernels (kernels.cu, launched through
+// kernels.cuh) for BN statistics, the fused BN->ReLU->maxpool forward/backward, softmax
+// cross-entropy with top-1/top-5, SGD, and the batch gather/normalise from the device-resident
+// dataset. Activations are plain NCHW (so the flatten before fc is a copy). Semantics are the CPU
+// reference's (cpu_kernels.hpp).
 //
 // Ordering: every op runs on one blocking stream (stream()), so a whole training step can be
 // captured into a CUDA graph (step_graph.hpp); the synchronous cudaMemcpy of upload/download/loss
@@ -24,370 +25,13 @@
 #include "mnist_ddp/ops/ops.hpp"
 #include "mnist_ddp/runtime/check.hpp"
 #include "ops/cuda/device_stamps.hpp"
+#include "ops/cuda/kernels.cuh"
 #include "runtime/cuda/cuda_check.hpp"
 
 namespace mnist_ddp {
 namespace {
 
-constexpr int kThreads = 256;
-unsigned blocks_for(std::size_t n) {
-  return static_cast<unsigned>((n + kThreads - 1) / kThreads);
-}
-
-// ---- kernels ------------------------------------------------------------------------------------
-
-// Block-wide sum of two doubles (blockDim.x == kThreads).
-__device__ void block_sum2(double* a, double* b) {
-  __shared__ double sa[kThreads], sb[kThreads];
-  sa[threadIdx.x] = *a;
-  sb[threadIdx.x] = *b;
-  __syncthreads();
-  for (int s = kThreads / 2; s > 0; s >>= 1) {
-    if (threadIdx.x < s) {
-      sa[threadIdx.x] += sa[threadIdx.x + s];
-      sb[threadIdx.x] += sb[threadIdx.x + s];
-    }
-    __syncthreads();
-  }
-  *a = sa[0];
-  *b = sb[0];
-}
-
-// The BN reductions (per-channel sums over N*H*W values) run split: grid (split, C), block (s, ch)
-// sums its contiguous slice of the channel, and a one-thread-per-channel kernel adds the split's
-// partials in order. One block per channel kept 16-32 of the H100's 132 SMs busy, each thread
-// walking hundreds of dependent loads (first GPU run: the layer spans of the trace were 70-180 us
-// at batch 100). The partition depends only on the shape, so the sums stay deterministic.
-constexpr int kReduceBlocks = 512;  // blocks over all channels: a few per SM
-constexpr int kMaxPartials = 1024;  // C * split held by the partials scratch (C <= 64: <= 575)
-
-// Blocks per channel for m values per channel: enough to fill the GPU, none with fewer than
-// kThreads values (one block when m < kThreads).
-int reduce_split(int c, long m) {
-  const long by_fill = (kReduceBlocks + c - 1) / c;
-  const long by_size = m / kThreads;
-  return static_cast<int>(std::max(1L, std::min(by_fill, by_size)));
-}
-
-// The slice [lo, hi) of a channel's m values that block (blockIdx.x, .) of the split sums.
-__device__ void block_slice(long m, long* lo, long* hi) {
-  const long s = blockIdx.x, split = gridDim.x;
-  *lo = m * s / split;
-  *hi = m * (s + 1) / split;
-}
-
-// Block (s, ch) of x[N][C][HW]: partials[2 * (ch * split + s) + {0, 1}] = sum x, sum x^2 over its
-// slice, in double.
-__global__ void bn_partial_moments_kernel(int c, int n, int hw, const float* x, double* partials) {
-  const int ch = blockIdx.y;
-  long lo = 0, hi = 0;
-  block_slice(static_cast<long>(n) * hw, &lo, &hi);
-  double s = 0, ss = 0;
-  for (long t = lo + threadIdx.x; t < hi; t += blockDim.x) {
-    const long i = t / hw, q = t - i * hw;
-    const double v = x[(i * c + ch) * hw + q];
-    s += v;
-    ss += v * v;
-  }
-  block_sum2(&s, &ss);
-  if (threadIdx.x == 0) {
-    const long at = 2 * (static_cast<long>(ch) * gridDim.x + blockIdx.x);
-    partials[at] = s;
-    partials[at + 1] = ss;
-  }
-}
-
-// Channel ch's two sums: its split partials added in order.
-__device__ void add_partials(const double* partials, int split, int ch, double* a, double* b) {
-  double s = 0, ss = 0;
-  for (int j = 0; j < split; ++j) {
-    s += partials[2 * (ch * split + j)];
-    ss += partials[2 * (ch * split + j) + 1];
-  }
-  *a = s;
-  *b = ss;
-}
-
-// From a channel's moments over md values: the saved statistics and the running-statistics
-// update (unbiased variance).
-__device__ void finalize_channel(int ch, double mu, double var, double md, double eps,
-                                 double momentum, float* mean, float* invstd, float* rm,
-                                 float* rv) {
-  mean[ch] = static_cast<float>(mu);
-  invstd[ch] = static_cast<float>(1.0 / sqrt(var + eps));
-  const double unbiased = md > 1 ? var * md / (md - 1) : var;
-  rm[ch] = static_cast<float>((1 - momentum) * rm[ch] + momentum * mu);
-  rv[ch] = static_cast<float>((1 - momentum) * rv[ch] + momentum * unbiased);
-}
-
-// One thread per channel: the batch mean and biased variance over md values from the partials,
-// into moments[2 * ch + {0, 1}] (SyncBatchNorm: this rank's, for the host exchange) or straight
-// into the statistics and the running-statistics update (moments == nullptr).
-__global__ void bn_moments_kernel(int c, int split, const double* partials, double md, double eps,
-                                  double momentum, double* moments, float* mean, float* invstd,
-                                  float* rm, float* rv) {
-  const int ch = blockIdx.x * blockDim.x + threadIdx.x;
-  if (ch >= c) return;
-  double s = 0, ss = 0;
-  add_partials(partials, split, ch, &s, &ss);
-  const double mu = s / md;
-  const double var = fmax(ss / md - mu * mu, 0.0);
-  if (moments != nullptr) {
-    moments[2 * ch] = mu;
-    moments[2 * ch + 1] = var;
-    return;
-  }
-  finalize_channel(ch, mu, var, md, eps, momentum, mean, invstd, rm, rv);
-}
-
-// SyncBatchNorm (--sync-bn): from the union batch's moments over md values per channel, the
-// statistics (one thread per channel).
-__global__ void bn_finalize_kernel(int c, const double* moments, double md, double eps,
-                                   double momentum, float* mean, float* invstd, float* rm,
-                                   float* rv) {
-  const int ch = blockIdx.x * blockDim.x + threadIdx.x;
-  if (ch >= c) return;
-  finalize_channel(ch, moments[2 * ch], moments[2 * ch + 1], md, eps, momentum, mean, invstd, rm,
-                   rv);
-}
-
-__global__ void bn_eval_stats_kernel(int c, const float* rm, const float* rv, double eps,
-                                     float* mean, float* invstd) {
-  const int ch = blockIdx.x * blockDim.x + threadIdx.x;
-  if (ch >= c) return;
-  mean[ch] = rm[ch];
-  invstd[ch] = static_cast<float>(1.0 / sqrt(static_cast<double>(rv[ch]) + eps));
-}
-
-// One thread per pooled output of y[N][C][H/2][W/2].
-__global__ void bn_relu_pool_fwd_kernel(int c, int n, int h, int w, const float* x,
-                                        const float* gamma, const float* beta, const float* mean,
-                                        const float* invstd, float* y, std::uint8_t* arg) {
-  const int oh = h / 2, ow = w / 2;
-  const long total = static_cast<long>(n) * c * oh * ow;
-  const long t = blockIdx.x * static_cast<long>(blockDim.x) + threadIdx.x;
-  if (t >= total) return;
-  const int j = t % ow, i = (t / ow) % oh;
-  const long plane = t / (static_cast<long>(oh) * ow);  // i_n * c + ch
-  const int ch = plane % c;
-  const double scd = static_cast<double>(gamma[ch]) * invstd[ch];
-  const float sc = static_cast<float>(scd);
-  const float sh = static_cast<float>(beta[ch] - static_cast<double>(mean[ch]) * scd);
-  const float* p = x + plane * h * w + (2 * i) * w + 2 * j;
-  const float a = p[0] * sc + sh, b = p[1] * sc + sh, cc = p[w] * sc + sh, d = p[w + 1] * sc + sh;
-  // First maximum in row-major window order wins ties (PyTorch's rule).
-  const float m01 = b > a ? b : a, m23 = d > cc ? d : cc;
-  const int i01 = b > a ? 1 : 0, i23 = d > cc ? 3 : 2;
-  const bool hi = m23 > m01;
-  const float best = hi ? m23 : m01;
-  y[t] = best > 0.f ? best : 0.f;
-  arg[t] = static_cast<std::uint8_t>(hi ? i23 : i01);
-}
-
-// Block (s, ch), split like the moments: partials of sum g (relu-masked dy) and sum g*(x[argmax] -
-// mean) over its slice of the pooled grid.
-__global__ void bn_relu_pool_partials_kernel(int c, int n, int h, int w, const float* x,
-                                             const float* y, const float* dy,
-                                             const std::uint8_t* arg, const float* mean,
-                                             double* partials) {
-  const int ch = blockIdx.y, oh = h / 2, ow = w / 2;
-  const long per = static_cast<long>(oh) * ow;
-  long lo = 0, hi = 0;
-  block_slice(n * per, &lo, &hi);
-  double s1 = 0, s2 = 0;
-  for (long t = lo + threadIdx.x; t < hi; t += blockDim.x) {
-    const long i_n = t / per, r = t - i_n * per;
-    const long q = (i_n * c + ch) * per + r;
-    if (!(y[q] > 0.f)) continue;
-    const int i = r / ow, j = r % ow, a = arg[q];
-    const float xv = x[(i_n * c + ch) * h * w + (2 * i + (a >> 1)) * w + 2 * j + (a & 1)];
-    s1 += dy[q];
-    s2 += static_cast<double>(dy[q]) * (xv - mean[ch]);
-  }
-  block_sum2(&s1, &s2);
-  if (threadIdx.x == 0) {
-    const long at = 2 * (static_cast<long>(ch) * gridDim.x + blockIdx.x);
-    partials[at] = s1;
-    partials[at + 1] = s2;
-  }
-}
-
-// One thread per channel: the two sums from the partials into sums[2 * ch + {0, 1}], and this
-// rank's dgamma/dbeta from them.
-__global__ void bn_grad_sums_kernel(int c, int split, const double* partials, const float* invstd,
-                                    double* sums, float* dgamma, float* dbeta) {
-  const int ch = blockIdx.x * blockDim.x + threadIdx.x;
-  if (ch >= c) return;
-  double s1 = 0, s2 = 0;
-  add_partials(partials, split, ch, &s1, &s2);
-  sums[2 * ch] = s1;
-  sums[2 * ch + 1] = s2;
-  dbeta[ch] = static_cast<float>(s1);
-  dgamma[ch] = static_cast<float>(s2 * invstd[ch]);
-}
-
-// One thread per pooled window: dx at its four positions.
-__global__ void bn_relu_pool_dx_kernel(int c, int n, int h, int w, const float* x, const float* y,
-                                       const float* dy, const std::uint8_t* arg, const float* gamma,
-                                       const float* mean, const float* invstd, const double* sums,
-                                       double md, bool batch_stats, float* dx) {
-  const int oh = h / 2, ow = w / 2;
-  const long total = static_cast<long>(n) * c * oh * ow;
-  const long t = blockIdx.x * static_cast<long>(blockDim.x) + threadIdx.x;
-  if (t >= total) return;
-  const int j = t % ow, i = (t / ow) % oh;
-  const long plane = t / (static_cast<long>(oh) * ow);
-  const int ch = plane % c;
-  const double is = invstd[ch];
-  const float k = static_cast<float>(gamma[ch] * is);
-  // Training BN: dx = c0 + (x - mu) * c1 + k*dy at the argmax; fixed statistics: k*dy only.
-  const float c0 = batch_stats ? static_cast<float>(-k * sums[2 * ch] / md) : 0.f;
-  const float c1 = batch_stats ? static_cast<float>(-k * sums[2 * ch + 1] * is * is / md) : 0.f;
-  const float mu = mean[ch];
-  const float g = y[t] > 0.f ? k * dy[t] : 0.f;
-  const int a = arg[t];
-  const float* xp = x + plane * h * w + (2 * i) * w + 2 * j;
-  float* dp = dx + plane * h * w + (2 * i) * w + 2 * j;
-  dp[0] = c0 + (xp[0] - mu) * c1 + (a == 0 ? g : 0.f);
-  dp[1] = c0 + (xp[1] - mu) * c1 + (a == 1 ? g : 0.f);
-  dp[w] = c0 + (xp[w] - mu) * c1 + (a == 2 ? g : 0.f);
-  dp[w + 1] = c0 + (xp[w + 1] - mu) * c1 + (a == 3 ? g : 0.f);
-}
-
-__global__ void add_row_bias_kernel(int n, int out, const float* b, float* y) {
-  const long t = blockIdx.x * static_cast<long>(blockDim.x) + threadIdx.x;
-  if (t < static_cast<long>(n) * out) y[t] += b[t % out];
-}
-
-__global__ void column_sums_kernel(int n, int out, const float* dy, float* db) {
-  const int o = blockIdx.x * blockDim.x + threadIdx.x;
-  if (o >= out) return;
-  float s = 0;
-  for (int i = 0; i < n; ++i) s += dy[static_cast<long>(i) * out + o];
-  db[o] = s;
-}
-
-// One thread per row: loss, gradient and top-k counts (k = 1 and 5 together).
-__global__ void softmax_xent_kernel(int n, int classes, const float* z, const std::int32_t* labels,
-                                    float* dz, double grad_scale, double* loss, int* top1,
-                                    int* top5, const float* loss_scale) {
-  const int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i >= n) return;
-  const float* zi = z + static_cast<long>(i) * classes;
-  double mx = zi[0];
-  for (int k = 1; k < classes; ++k) mx = fmax(mx, static_cast<double>(zi[k]));
-  double sum = 0;
-  for (int k = 0; k < classes; ++k) sum += exp(zi[k] - mx);
-  const double lse = mx + log(sum);
-  const int label = labels[i];
-  atomicAdd(loss, lse - zi[label]);
-  int greater = 0;
-  for (int k = 0; k < classes; ++k) greater += zi[k] > zi[label] ? 1 : 0;
-  if (greater < 1) atomicAdd(top1, 1);
-  if (greater < 5) atomicAdd(top5, 1);
-  if (dz != nullptr) {
-    // --amp fp16: the gradient of the scaled loss (the scale lives on the device).
-    if (loss_scale != nullptr) grad_scale *= static_cast<double>(*loss_scale);
-    for (int k = 0; k < classes; ++k) {
-      const double p = exp(zi[k] - lse);
-      dz[static_cast<long>(i) * classes + k] =
-          static_cast<float>((p - (k == label ? 1.0 : 0.0)) * grad_scale);
-    }
-  }
-}
-
-// The per-step values a captured step reads at replay time (Ops::StepScalars on the device).
-struct DeviceScalars {
-  std::int64_t offset;
-  float lr;
-  int first_step;
-};
-
-// at != nullptr: lr and the first-step flag come from device memory (a captured step).
-// pending != nullptr (--amp fp16): 1 while every step so far was skipped, so this is still the
-// optimizer's first update (track_first_update_kernel keeps it).
-__global__ void sgd_kernel(std::size_t n, float* p, const float* g, float* buf, float lr, float mom,
-                           float damp, float wd, bool nesterov, bool first, const DeviceScalars* at,
-                           const float* skip, const int* pending) {
-  const std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
-  if (i >= n) return;
-  // --amp fp16: a step whose gradients held inf/NaN (on any rank) changes nothing.
-  if (skip != nullptr && *skip != 0.f) return;
-  if (at != nullptr) {
-    lr = at->lr;
-    first = at->first_step != 0 || (pending != nullptr && *pending != 0);
-  }
-  float d = g[i];
-  if (wd != 0.f) d = d + wd * p[i];
-  if (mom != 0.f) {
-    buf[i] = first ? d : mom * buf[i] + damp * d;
-    d = nesterov ? d + mom * buf[i] : buf[i];
-  }
-  p[i] = p[i] - lr * d;
-}
-
-// After sgd_kernel under --amp fp16 (one thread): a skipped step is no update, so when this step
-// was the first update and was skipped, the next one is the first again. PyTorch's rule: the
-// momentum buffer starts as the gradient at the first step that actually updates.
-__global__ void track_first_update_kernel(const DeviceScalars* at, const float* skip,
-                                          int* pending) {
-  const bool first = at->first_step != 0 || *pending != 0;
-  *pending = first && *skip != 0.f ? 1 : 0;
-}
-
-// One thread per pixel of the batch: x[b][p] = image[order[offset+b]][p] * a + c.
-// at != nullptr: the offset comes from device memory (a captured step).
-__global__ void gather_kernel(const std::uint8_t* images, const std::uint8_t* labels,
-                              const std::int64_t* order, std::int64_t offset, int n, float a,
-                              float c, float* x, std::int32_t* y, const DeviceScalars* at) {
-  const long t = blockIdx.x * static_cast<long>(blockDim.x) + threadIdx.x;
-  if (t >= static_cast<long>(n) * kImagePixels) return;
-  if (at != nullptr) offset = at->offset;
-  const long b = t / kImagePixels, p = t % kImagePixels;
-  const std::int64_t idx = order[offset + b];
-  x[t] = static_cast<float>(images[idx * kImagePixels + p]) * a + c;
-  if (p == 0) y[b] = labels[idx];
-}
-
-// ---- mixed precision (--amp): fp32 <-> 16-bit copies
-// ---------------------------------------------
-
-__device__ __half to16(float v, __half*) {
-  return __float2half_rn(v);
-}
-__device__ __nv_bfloat16 to16(float v, __nv_bfloat16*) {
-  return __float2bfloat16_rn(v);
-}
-__device__ float from16(__half v) {
-  return __half2float(v);
-}
-__device__ float from16(__nv_bfloat16 v) {
-  return __bfloat162float(v);
-}
-
-// y[i] = x[i] rounded to nearest even in T (fp16 overflows to inf, which the scaler catches).
-template <typename T>
-__global__ void to16_kernel(std::size_t n, const float* x, T* y) {
-  const std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
-  if (i < n) y[i] = to16(x[i], static_cast<T*>(nullptr));
-}
-template <typename T>
-__global__ void from16_kernel(std::size_t n, const T* x, float* y) {
-  const std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
-  if (i < n) y[i] = from16(x[i]);
-}
-__global__ void add_into_kernel(std::size_t n, const float* x, float* y) {
-  const std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
-  if (i < n) y[i] += x[i];
-}
-// PyTorch's fp16/bf16 compress hook, encode: h = T(float(T(g)) / divisor) (the cast, then the
-// division in 16 bits: computed in fp32, rounded to T).
-template <typename T>
-__global__ void encode_half_kernel(std::size_t n, const float* g, T* h, float divisor) {
-  const std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
-  if (i < n)
-    h[i] = to16(from16(to16(g[i], static_cast<T*>(nullptr))) / divisor, static_cast<T*>(nullptr));
-}
+using namespace kernels;  // the kernels' launchers, kThreads, blocks_for, DeviceScalars
 
 // ---- cuDNN convolution plans ------------------------------------------------------------------
 
@@ -562,14 +206,13 @@ class CudaOps final : public Ops {
     const long m = static_cast<long>(n) * hw;
     const int split = reduce_split(c, m);
     MNIST_DDP_CHECK(c * split <= kMaxPartials, "BN reduction split larger than its scratch");
-    bn_partial_moments_kernel<<<dim3(split, c), kThreads, 0, stream_>>>(c, n, hw, x, bn_partials_);
+    launch_bn_partial_moments(dim3(split, c), stream_, c, n, hw, x, bn_partials_);
     CUDA_CHECK(cudaGetLastError());
     // Without SyncBatchNorm the statistics come straight from the partials; with it, this rank's
     // moments go to bn_sums_ for the host exchange.
-    bn_moments_kernel<<<blocks_for(c), kThreads, 0, stream_>>>(
-        c, split, bn_partials_, static_cast<double>(m), eps, momentum,
-        bn_sync_ == nullptr ? nullptr : bn_sums_, save_mean, save_invstd, running_mean,
-        running_var);
+    launch_bn_moments(blocks_for(c), stream_, c, split, bn_partials_, static_cast<double>(m), eps,
+                      momentum, bn_sync_ == nullptr ? nullptr : bn_sums_, save_mean, save_invstd,
+                      running_mean, running_var);
     CUDA_CHECK(cudaGetLastError());
     if (bn_sync_ == nullptr) return;
     // SyncBatchNorm forward: this rank's moments, combined with every rank's on the host (the
@@ -590,22 +233,21 @@ class CudaOps final : public Ops {
     }
     CUDA_CHECK(cudaMemcpy(bn_sums_, moments.data(), moments.size() * sizeof(double),
                           cudaMemcpyHostToDevice));
-    bn_finalize_kernel<<<blocks_for(c), kThreads, 0, stream_>>>(
-        c, bn_sums_, md, eps, momentum, save_mean, save_invstd, running_mean, running_var);
+    launch_bn_finalize(blocks_for(c), stream_, c, bn_sums_, md, eps, momentum, save_mean,
+                       save_invstd, running_mean, running_var);
     CUDA_CHECK(cudaGetLastError());
   }
   void batchnorm_eval_stats(int c, const float* running_mean, const float* running_var, double eps,
                             float* mean, float* invstd) override {
-    bn_eval_stats_kernel<<<blocks_for(c), kThreads, 0, stream_>>>(c, running_mean, running_var, eps,
-                                                                  mean, invstd);
+    launch_bn_eval_stats(blocks_for(c), stream_, c, running_mean, running_var, eps, mean, invstd);
     CUDA_CHECK(cudaGetLastError());
   }
   void bn_relu_pool_forward(int c, int n, int h, int w, const float* x, const float* gamma,
                             const float* beta, const float* mean, const float* invstd, float* y,
                             std::uint8_t* argmax) override {
     const std::size_t total = static_cast<std::size_t>(n) * c * (h / 2) * (w / 2);
-    bn_relu_pool_fwd_kernel<<<blocks_for(total), kThreads, 0, stream_>>>(c, n, h, w, x, gamma, beta,
-                                                                         mean, invstd, y, argmax);
+    launch_bn_relu_pool_fwd(blocks_for(total), stream_, c, n, h, w, x, gamma, beta, mean, invstd, y,
+                            argmax);
     CUDA_CHECK(cudaGetLastError());
   }
   void bn_relu_pool_backward(int c, int n, int h, int w, const float* x, const float* y,
@@ -615,11 +257,11 @@ class CudaOps final : public Ops {
     MNIST_DDP_CHECK(c >= 1 && c <= 64, "more channels than the BN scratch holds");
     const int split = reduce_split(c, static_cast<long>(n) * (h / 2) * (w / 2));
     MNIST_DDP_CHECK(c * split <= kMaxPartials, "BN reduction split larger than its scratch");
-    bn_relu_pool_partials_kernel<<<dim3(split, c), kThreads, 0, stream_>>>(
-        c, n, h, w, x, y, dy, argmax, mean, bn_partials_);
+    launch_bn_relu_pool_partials(dim3(split, c), stream_, c, n, h, w, x, y, dy, argmax, mean,
+                                 bn_partials_);
     CUDA_CHECK(cudaGetLastError());
-    bn_grad_sums_kernel<<<blocks_for(c), kThreads, 0, stream_>>>(c, split, bn_partials_, invstd,
-                                                                 bn_sums_, dgamma, dbeta);
+    launch_bn_grad_sums(blocks_for(c), stream_, c, split, bn_partials_, invstd, bn_sums_, dgamma,
+                        dbeta);
     CUDA_CHECK(cudaGetLastError());
     double md = static_cast<double>(n) * h * w;
     if (bn_sync_ != nullptr && batch_stats) {
@@ -634,8 +276,8 @@ class CudaOps final : public Ops {
           cudaMemcpy(bn_sums_, sums.data(), sums.size() * sizeof(double), cudaMemcpyHostToDevice));
     }
     const std::size_t total = static_cast<std::size_t>(n) * c * (h / 2) * (w / 2);
-    bn_relu_pool_dx_kernel<<<blocks_for(total), kThreads, 0, stream_>>>(
-        c, n, h, w, x, y, dy, argmax, gamma, mean, invstd, bn_sums_, md, batch_stats, dx);
+    launch_bn_relu_pool_dx(blocks_for(total), stream_, c, n, h, w, x, y, dy, argmax, gamma, mean,
+                           invstd, bn_sums_, md, batch_stats, dx);
     CUDA_CHECK(cudaGetLastError());
   }
   void linear_forward(int n, int in, int out, const float* x, const float* w, const float* b,
@@ -654,8 +296,7 @@ class CudaOps final : public Ops {
       CUBLAS_CHECK(cublasSgemm(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, out, n, in, &one, w, in, x, in,
                                &zero, y, out));
     }
-    add_row_bias_kernel<<<blocks_for(static_cast<std::size_t>(n) * out), kThreads, 0, stream_>>>(
-        n, out, b, y);
+    launch_add_row_bias(blocks_for(static_cast<std::size_t>(n) * out), stream_, n, out, b, y);
     CUDA_CHECK(cudaGetLastError());
   }
   void linear_backward(int n, int in, int out, const float* x, const float* w, const float* dy,
@@ -670,7 +311,7 @@ class CudaOps final : public Ops {
       CUBLAS_CHECK(cublasGemmEx(cublas_, CUBLAS_OP_N, CUBLAS_OP_T, in, out, n, &one, l.x, t16(), in,
                                 l.dy, t16(), out, &zero, dw, CUDA_R_32F, in, CUBLAS_COMPUTE_32F,
                                 CUBLAS_GEMM_DEFAULT));
-      column_sums_kernel<<<blocks_for(out), kThreads, 0, stream_>>>(n, out, dy, db);
+      launch_column_sums(blocks_for(out), stream_, n, out, dy, db);
       CUDA_CHECK(cudaGetLastError());
       if (dx != nullptr) {
         CUBLAS_CHECK(cublasGemmEx(cublas_, CUBLAS_OP_N, CUBLAS_OP_N, in, n, out, &one, l.w, t16(),
@@ -682,7 +323,7 @@ class CudaOps final : public Ops {
     // dw[out][in] = dy^T x: column-major dw^T (in x out) = x^T (in x N) * dy (N x out).
     CUBLAS_CHECK(cublasSgemm(cublas_, CUBLAS_OP_N, CUBLAS_OP_T, in, out, n, &one, x, in, dy, out,
                              &zero, dw, in));
-    column_sums_kernel<<<blocks_for(out), kThreads, 0, stream_>>>(n, out, dy, db);
+    launch_column_sums(blocks_for(out), stream_, n, out, dy, db);
     CUDA_CHECK(cudaGetLastError());
     // dx[N][in] = dy w: column-major dx^T (in x N) = w^T (in x out) * dy^T (out x N).
     if (dx != nullptr) {
@@ -720,11 +361,10 @@ class CudaOps final : public Ops {
     MNIST_DDP_CHECK(is_half(type), "encode_half: F16 or BF16");
     if (n == 0) return;
     if (type == DType::BF16) {
-      encode_half_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(
-          n, g, reinterpret_cast<__nv_bfloat16*>(h), divisor);
+      launch_encode_half(blocks_for(n), stream_, n, g, reinterpret_cast<__nv_bfloat16*>(h),
+                         divisor);
     } else {
-      encode_half_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(
-          n, g, reinterpret_cast<__half*>(h), divisor);
+      launch_encode_half(blocks_for(n), stream_, n, g, reinterpret_cast<__half*>(h), divisor);
     }
     CUDA_CHECK(cudaGetLastError());
   }
@@ -732,30 +372,28 @@ class CudaOps final : public Ops {
     MNIST_DDP_CHECK(is_half(type), "decode_half: F16 or BF16");
     if (n == 0) return;
     if (type == DType::BF16) {
-      from16_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(
-          n, reinterpret_cast<const __nv_bfloat16*>(h), g);
+      launch_from16(blocks_for(n), stream_, n, reinterpret_cast<const __nv_bfloat16*>(h), g);
     } else {
-      from16_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(n, reinterpret_cast<const __half*>(h),
-                                                             g);
+      launch_from16(blocks_for(n), stream_, n, reinterpret_cast<const __half*>(h), g);
     }
     CUDA_CHECK(cudaGetLastError());
   }
   void add_into(std::size_t n, const float* x, float* y) override {
     if (n == 0) return;
-    add_into_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(n, x, y);
+    launch_add_into(blocks_for(n), stream_, n, x, y);
     CUDA_CHECK(cudaGetLastError());
   }
   void zero(std::size_t n, float* y) override {
     CUDA_CHECK(cudaMemsetAsync(y, 0, n * sizeof(float), stream_));  // capturable (a memset node)
   }
   void sgd_step(std::size_t n, float* p, const float* g, float* buf, const SgdParams& s) override {
-    sgd_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(
-        n, p, g, buf, 0.f, static_cast<float>(s.momentum), static_cast<float>(1.0 - s.dampening),
-        static_cast<float>(s.weight_decay), s.nesterov, false, dev_scalars_, skip_step_,
-        skip_step_ != nullptr ? first_pending_ : nullptr);
+    launch_sgd(blocks_for(n), stream_, n, p, g, buf, 0.f, static_cast<float>(s.momentum),
+               static_cast<float>(1.0 - s.dampening), static_cast<float>(s.weight_decay),
+               s.nesterov, false, dev_scalars_, skip_step_,
+               skip_step_ != nullptr ? first_pending_ : nullptr);
     CUDA_CHECK(cudaGetLastError());
     if (skip_step_ != nullptr) {
-      track_first_update_kernel<<<1, 1, 0, stream_>>>(dev_scalars_, skip_step_, first_pending_);
+      launch_track_first_update(stream_, dev_scalars_, skip_step_, first_pending_);
       CUDA_CHECK(cudaGetLastError());
     }
   }
@@ -777,9 +415,8 @@ class CudaOps final : public Ops {
   }
   void accumulate_loss(int n, int classes, const float* logits, const std::int32_t* labels,
                        float* dlogits, double grad_scale) override {
-    softmax_xent_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(
-        n, classes, logits, labels, dlogits, grad_scale, loss_sum_, xent_counts_scratch(),
-        xent_counts_scratch() + 1, loss_scale_);
+    launch_softmax_xent(blocks_for(n), stream_, n, classes, logits, labels, dlogits, grad_scale,
+                        loss_sum_, xent_counts_scratch(), xent_counts_scratch() + 1, loss_scale_);
     CUDA_CHECK(cudaGetLastError());
   }
   double take_loss_sum() override {
@@ -855,26 +492,26 @@ class CudaOps final : public Ops {
     MNIST_DDP_CHECK(offset >= 0 && offset + n <= static_cast<std::int64_t>(order_size_[slot]),
                     "gather outside the visiting order");
     const float a = 1.0f / (255.0f * std), c = -mean / std;
-    gather_kernel<<<blocks_for(static_cast<std::size_t>(n) * kImagePixels), kThreads, 0, stream_>>>(
-        dev_images_[slot], dev_labels_[slot], dev_order_[slot], offset, n, a, c, x, y, at);
+    launch_gather_batch(blocks_for(static_cast<std::size_t>(n) * kImagePixels), stream_,
+                        dev_images_[slot], dev_labels_[slot], dev_order_[slot], offset, n, a, c, x,
+                        y, at);
     CUDA_CHECK(cudaGetLastError());
   }
   // --amp: the 16-bit element type, and fp32 <-> 16-bit copies on the stream.
   cudaDataType_t t16() const { return amp_ == AmpMode::Bf16 ? CUDA_R_16BF : CUDA_R_16F; }
   void cast_to16(const float* x, void* y, std::size_t n) {
     if (amp_ == AmpMode::Bf16) {
-      to16_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(n, x, static_cast<__nv_bfloat16*>(y));
+      launch_to16(blocks_for(n), stream_, n, x, static_cast<__nv_bfloat16*>(y));
     } else {
-      to16_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(n, x, static_cast<__half*>(y));
+      launch_to16(blocks_for(n), stream_, n, x, static_cast<__half*>(y));
     }
     CUDA_CHECK(cudaGetLastError());
   }
   void cast_from16(const void* x, float* y, std::size_t n) {
     if (amp_ == AmpMode::Bf16) {
-      from16_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(
-          n, static_cast<const __nv_bfloat16*>(x), y);
+      launch_from16(blocks_for(n), stream_, n, static_cast<const __nv_bfloat16*>(x), y);
     } else {
-      from16_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(n, static_cast<const __half*>(x), y);
+      launch_from16(blocks_for(n), stream_, n, static_cast<const __half*>(x), y);
     }
     CUDA_CHECK(cudaGetLastError());
   }
@@ -903,8 +540,8 @@ class CudaOps final : public Ops {
     CUDA_CHECK(cudaMemsetAsync(scalars_, 0, 16, stream_));
     auto* loss = reinterpret_cast<double*>(scalars_);
     auto* counts = reinterpret_cast<int*>(reinterpret_cast<char*>(scalars_) + 8);
-    softmax_xent_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(
-        n, classes, logits, labels, dlogits, grad_scale, loss, counts, counts + 1, nullptr);
+    launch_softmax_xent(blocks_for(n), stream_, n, classes, logits, labels, dlogits, grad_scale,
+                        loss, counts, counts + 1, nullptr);
     CUDA_CHECK(cudaGetLastError());
   }
 

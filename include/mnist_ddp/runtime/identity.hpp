@@ -1,4 +1,4 @@
-// runtime.hpp — who this process is: MPI init, rank/world (MPI is authoritative), local rank and
+// identity.hpp — who this process is: MPI init, rank/world (MPI is authoritative), local rank and
 // node derived from OMPI_* / SLURM_* / MPI_Comm_split_type, and the launcher cross-check that
 // catches `srun` without an MPI bootstrap. Teardown is explicit in main (MPI_Finalize last).
 #pragma once

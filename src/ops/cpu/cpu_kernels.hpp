@@ -1,4 +1,4 @@
-// cpu_ops.hpp — the reference CPU kernels, templated on float/double (double drives the finite-
+// cpu_kernels.hpp — the reference CPU kernels, templated on float/double (double drives the finite-
 // difference gradient checks). Explicitly instantiated in src/ops/cpu/cpu_ops.cpp for both types.
 //
 // Layout convention: activations are channel-major [C][N][H][W] ("CNHW"). A batched im2col GEMM

@@ -1,6 +1,6 @@
-// finish.hpp — the end of a run: --eval-only's evaluation, or training with its final report;
-// a run stopped by a signal says how to continue and, with --requeue under Slurm, has the job
-// requeued.
+// train_and_report.hpp — the end of a run: --eval-only's evaluation, or training with its final
+// report; a run stopped by a signal says how to continue and, with --requeue under Slurm, has the
+// job requeued.
 #pragma once
 
 #include <cstdint>

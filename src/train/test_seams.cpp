@@ -1,11 +1,19 @@
-// debug_seams.cpp — the hang and exit seams of the failure tests.
-#include "mnist_ddp/train/debug_seams.hpp"
+// test_seams.cpp — every seam the tests drive (test_seams.hpp).
+#include "mnist_ddp/train/test_seams.hpp"
 
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <exception>
+#include <filesystem>
 #include <thread>
+
+#include "mnist_ddp/runtime/check.hpp"
 
 namespace mnist_ddp {
 
@@ -62,6 +70,54 @@ std::optional<DebugSlow> parse_debug_slow(const std::string& text) {
 void debug_slow_phase(const DebugSlow& slow, int rank, Phase p) {
   if (rank != slow.rank || p != slow.phase) return;
   std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(slow.ms));
+}
+
+void append_sample_log(const std::string& dir, std::int64_t epoch, int rank,
+                       const std::vector<std::int64_t>& order, std::int64_t first,
+                       std::int64_t last) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  const std::string path = fmt::format("{}/samples-epoch{}-rank{}.txt", dir, epoch + 1, rank);
+  std::FILE* f = std::fopen(path.c_str(), "a");
+  if (f == nullptr) {
+    throw UserError(
+        fmt::format("--debug-sample-log: cannot append to {}: {}", path, std::strerror(errno)));
+  }
+  bool ok = true;
+  for (std::int64_t i = first; i < last && ok; ++i)
+    ok = std::fprintf(f, "%lld\n", static_cast<long long>(order[static_cast<std::size_t>(i)])) > 0;
+  if (std::fclose(f) != 0 || !ok) {
+    throw UserError(
+        fmt::format("--debug-sample-log: cannot write {}: {}", path, std::strerror(errno)));
+  }
+}
+
+std::optional<int> ranks_per_node_seam() {
+  const char* k = std::getenv("MNIST_DDP_TEST_RANKS_PER_NODE");
+  if (k == nullptr) return std::nullopt;
+  const std::string v = k;
+  const bool digits = !v.empty() && v.size() < 7 && std::all_of(v.begin(), v.end(), [](char ch) {
+    return ch >= '0' && ch <= '9';
+  });
+  if (!digits || std::stoi(v) < 1) {
+    throw UserError(fmt::format(
+        "MNIST_DDP_TEST_RANKS_PER_NODE={}: this test seam takes a positive number of ranks per "
+        "pretend node; unset it outside the tests",
+        v));
+  }
+  return std::stoi(v);
+}
+
+void checkpoint_write_seam(const std::string& tmp) {
+  const char* f = std::getenv("MNIST_DDP_TEST_FAIL_CHECKPOINT");
+  if (f == nullptr) return;
+  if (std::string(f) != "enospc") {
+    throw UserError(
+        fmt::format("MNIST_DDP_TEST_FAIL_CHECKPOINT={}: this test seam only understands 'enospc'; "
+                    "unset it for normal runs",
+                    f));
+  }
+  throw UserError(fmt::format("{}: write failed: {} (injected)", tmp, std::strerror(ENOSPC)));
 }
 
 }  // namespace mnist_ddp

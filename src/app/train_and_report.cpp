@@ -1,5 +1,6 @@
-// finish.cpp — evaluation-only runs, and training with its report (finish.hpp).
-#include "mnist_ddp/app/finish.hpp"
+// train_and_report.cpp — evaluation-only runs, and training with its report
+// (train_and_report.hpp).
+#include "mnist_ddp/app/train_and_report.hpp"
 
 #include <fmt/format.h>
 #include <csignal>

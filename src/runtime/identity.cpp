@@ -1,5 +1,5 @@
-// runtime.cpp — MPI init/teardown and the rank/local-rank derivation with launcher cross-checks.
-#include "mnist_ddp/runtime/runtime.hpp"
+// identity.cpp — MPI init/teardown and the rank/local-rank derivation with launcher cross-checks.
+#include "mnist_ddp/runtime/identity.hpp"
 
 #include <mpi.h>
 #include <sched.h>

@@ -1,5 +1,5 @@
-// ddp.hpp — what keeps the replicas one model: broadcast of parameters and BN buffers from rank 0,
-// gradient averaging over the flat arena, and the replica-consistency check. (The bucketed,
+// replicas.hpp — what keeps the replicas one model: broadcast of parameters and BN buffers from
+// rank 0, gradient averaging over the flat arena, and the replica-consistency check. (The bucketed,
 // overlapped Reducer and compression hooks build on this.)
 #pragma once
 

@@ -1,4 +1,4 @@
-// job.hpp — the phases main strings together, in order: who this rank is, its configuration,
+// setup.hpp — the phases main strings together, in order: who this rank is, its configuration,
 // where it runs, the log, the data, the model. Each phase that can fail on some ranks only ends
 // in an agreement (run_agreed), so every rank stops together and one of them reports.
 #pragma once
@@ -10,12 +10,13 @@
 #include <vector>
 
 #include "mnist_ddp/app/cli.hpp"
+#include "mnist_ddp/app/comm_plan.hpp"
 #include "mnist_ddp/data/dataset.hpp"
 #include "mnist_ddp/dist/comm.hpp"
 #include "mnist_ddp/runtime/device.hpp"
+#include "mnist_ddp/runtime/identity.hpp"
 #include "mnist_ddp/runtime/log.hpp"
 #include "mnist_ddp/runtime/placement.hpp"
-#include "mnist_ddp/runtime/runtime.hpp"
 
 namespace mnist_ddp {
 
@@ -56,13 +57,14 @@ std::unique_ptr<DirLock> lock_checkpoint_dir(Comm& control, const Config& cfg);
 // Where this rank runs and with how many compute threads.
 struct Placement {
   Device device = Device::Cpu;
-  bool use_nccl = false;             // the data communicator is NCCL
+  CommPlan plan;                     // every communicator and step-capture choice (comm_plan.hpp)
   std::string device_text;           // "cpu" | "cuda:N <name> (pci ...)"
   int threads = 1;                   // BLAS/oneDNN threads of this rank
   std::vector<RankPlacement> ranks;  // every rank's, in rank order
 };
-// Collective: the device (--device), the GPU pinned before any other CUDA call touches one, every
-// rank's placement from one allgather, and NCCL's one-GPU-per-rank check over it.
+// Collective: the device (--device) and the communication plan for it, the GPU pinned before any
+// other CUDA call touches one, every rank's placement from one allgather, and NCCL's
+// one-GPU-per-rank check over it.
 Placement place(Comm& control, const Config& cfg, const Identity& id, const std::string& host);
 
 // --print-env: how this rank's identity was derived; returns the exit status.

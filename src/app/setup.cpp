@@ -1,5 +1,7 @@
-// job.cpp — the set-up phases of a run (job.hpp), moved out of main unchanged in behaviour.
-#include "mnist_ddp/app/job.hpp"
+// setup.cpp — the set-up phases of a run (setup.hpp).
+#include "mnist_ddp/app/setup.hpp"
+
+#include "mnist_ddp/app/flag_rules.hpp"
 
 #include <hdf5.h>
 #include <unistd.h>
@@ -21,6 +23,7 @@
 #include "mnist_ddp/runtime/agree.hpp"
 #include "mnist_ddp/runtime/check.hpp"
 #include "mnist_ddp/runtime/signals.hpp"
+#include "mnist_ddp/train/test_seams.hpp"
 
 namespace mnist_ddp {
 
@@ -92,11 +95,11 @@ Placement place(Comm& control, const Config& cfg, const Identity& id, const std:
   });
   // GPU pinning comes before any other CUDA call that touches a device (docs/DESIGN.md §3).
   p.device_text = to_string(p.device);
-  p.use_nccl = p.device == Device::Cuda && cfg.comm != CommChoice::Mpi;
+  p.plan = plan_communication(cfg, p.device, id.world);
   if (p.device == Device::Cuda) {
     int gpu = 0;
     run_agreed(control, [&] {
-      gpu = choose_gpu(id.local_rank, id.local_size, cuda_device_count(), p.use_nccl);
+      gpu = choose_gpu(id.local_rank, id.local_size, cuda_device_count(), p.plan.nccl());
     });
     use_cuda_device(gpu);
     p.device_text = fmt::format("cuda:{} {}", gpu, cuda_device_description(gpu));
@@ -106,7 +109,7 @@ Placement place(Comm& control, const Config& cfg, const Identity& id, const std:
   // verdict on the one-GPU-per-rank rule from the same records.
   p.ranks = gather_placements(control,
                               RankPlacement{id.rank, id.local_rank, host, id.pid, p.device_text});
-  if (p.use_nccl) check_gpus_exclusive(p.ranks);
+  if (p.plan.nccl()) check_gpus_exclusive(p.ranks);
   p.threads =
       cfg.threads > 0 ? cfg.threads : std::max(1, usable_cores() / std::max(1, id.local_size));
   return p;
@@ -228,7 +231,7 @@ std::unique_ptr<Ops> make_device_ops(Communicators& comms, const Config& cfg,
   std::unique_ptr<Ops> ops;
   run_agreed(comms.control(), [&] { ops = make_ops(where.device, cfg.cpu_kernels, cfg.tf32); });
   // NCCL joins the ops' stream by events (no host sync), so a step can be captured as a graph.
-  comms.bind_data(where.device, ops->stream());
+  comms.bind_data(where.plan, ops->stream());
   ops->load_dataset(Ops::kTrain, data.train);  // once: device-resident on a GPU
   ops->load_dataset(Ops::kTest, data.test);
   return ops;
@@ -236,32 +239,24 @@ std::unique_ptr<Ops> make_device_ops(Communicators& comms, const Config& cfg,
 
 void open_extra_communicators(Communicators& comms, const Config& cfg, const Identity& id,
                               const Placement& where, Ops& ops, Logger& log) {
-  if (cfg.local_sgd_start >= 0) {
+  if (where.plan.local_sgd != LocalSgdComm::None) {
     int color = id.node;
     run_agreed(comms.control(), [&] {
-      const char* k = std::getenv("MNIST_DDP_TEST_RANKS_PER_NODE");
-      if (k == nullptr) return;
-      const std::string v = k;
-      const bool digits =
-          !v.empty() && v.size() < 7 &&
-          std::all_of(v.begin(), v.end(), [](char ch) { return ch >= '0' && ch <= '9'; });
-      if (!digits || std::stoi(v) < 1) {
-        throw UserError(fmt::format(
-            "MNIST_DDP_TEST_RANKS_PER_NODE={}: this test seam takes a positive number of ranks "
-            "per pretend node; unset it outside the tests",
-            v));
-      }
-      color = id.rank / std::stoi(v);
+      if (const std::optional<int> k = ranks_per_node_seam()) color = id.rank / *k;  // test seam
     });
     // Collective: every rank names its node (color).
-    comms.open_local(where.device, color, ops.stream());
+    comms.open_local(where.plan, color, ops.stream());
     log.info(fmt::format(
         "post-local SGD: global gradient all-reduce for {} steps, then within groups of {} "
         "rank(s) (node-local), parameters averaged over all {} ranks every {} steps",
         cfg.local_sgd_start, comms.local()->size(), id.world, cfg.local_sgd_period));
   }
-  if (where.device == Device::Cpu && cfg.overlap_engine == OverlapEngine::Thread && !cfg.no_overlap)
-    comms.open_thread();
+  if (where.plan.thread_engine) {
+    comms.open_thread();  // collective: the thread's own duplicate of the world
+    log.info(
+        "communication thread: on (the bucket all-reduces run on its own duplicate of the "
+        "world)");
+  }
 }
 
 }  // namespace mnist_ddp

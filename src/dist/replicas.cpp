@@ -1,5 +1,5 @@
-// ddp.cpp — broadcasts, gradient averaging and the replica check.
-#include "mnist_ddp/dist/ddp.hpp"
+// replicas.cpp — broadcasts, gradient averaging and the replica check.
+#include "mnist_ddp/dist/replicas.hpp"
 
 #include <fmt/format.h>
 

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# compare_builds.sh — the same training job with two builds of mnist_ddp (before and after a
+# change that must not cost throughput): RANKS CPU ranks for EPOCHS epochs, ROUNDS runs of each,
+# interleaved in ABBA order (A, B, B, A, ...) so drifts of the machine hit both alike; prints the
+# median images/s of each and the ratio B / A as its last line.
+#   bench/compare_builds.sh BINARY_A BINARY_B [EPOCHS] [RANKS] [ROUNDS]      (defaults 1 2 6)
+# e.g. a build of the previous commit: git worktree add /tmp/before HEAD~1 && make -C /tmp/before
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if [[ $# -lt 2 || ! -x "$1" || ! -x "$2" ]]; then
+  echo "usage: bench/compare_builds.sh BINARY_A BINARY_B [EPOCHS] [RANKS] [ROUNDS] (two executable mnist_ddp builds)" >&2
+  exit 2
+fi
+A="$1" B="$2" EPOCHS="${3:-1}" RANKS="${4:-2}" ROUNDS="${5:-6}"
+source tests/mpi_env.sh
+OUTDIR=bench/results/compare_builds
+rm -rf "$OUTDIR" && mkdir -p "$OUTDIR"
+ips() { grep -o "at [0-9]* img/s" "$1" | grep -o "[0-9]*"; }
+median() { sort -n | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+for ((r = 1; r <= ROUNDS; r++)); do
+  order=(a b)
+  ((r % 2 == 0)) && order=(b a)
+  for which in "${order[@]}"; do
+    bin=$A
+    [[ $which == b ]] && bin=$B
+    log="$OUTDIR/$which-r$r.out"
+    mpirun -np "$RANKS" "$bin" --device cpu --data data/dataset --epochs "$EPOCHS" --progress off \
+      --log-dir "$OUTDIR/log-$which-r$r" --checkpoint-dir "$OUTDIR/ckpt-$which-r$r" >"$log" 2>&1
+    echo "== round $r/$ROUNDS $which: $(ips "$log") img/s"
+  done
+done
+a=$(for f in "$OUTDIR"/a-r*.out; do ips "$f"; done | median)
+b=$(for f in "$OUTDIR"/b-r*.out; do ips "$f"; done | median)
+printf '%-10s %10s  %s\n' "A" "$a" "$A" "B" "$b" "$B"
+awk -v a="$a" -v b="$b" 'BEGIN { printf "ratio B / A: %.4f (%+.2f%%), images/s median of each\n", b / a, (b / a - 1) * 100 }'

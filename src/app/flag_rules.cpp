@@ -1,0 +1,193 @@
+// flag_rules.cpp — the values and flag combinations mnist_ddp refuses, as two tables: those
+// refused whatever the device (checked right after parsing), and those the resolved device cannot
+// run (checked once the device is known). Each rule is a predicate and the one error that names
+// the flags and the fix; the first rule that applies is reported.
+#include "mnist_ddp/app/flag_rules.hpp"
+
+#include <fmt/format.h>
+
+#include <cstdint>
+#include <string>
+
+#include "mnist_ddp/runtime/check.hpp"
+#include "mnist_ddp/runtime/signals.hpp"
+#include "mnist_ddp/runtime/trace.hpp"
+#include "mnist_ddp/train/test_seams.hpp"
+
+namespace mnist_ddp {
+namespace {
+
+// "USR1" for SIGUSR1: as the flags take it.
+std::string typed_signal(int signo) {
+  return std::string(signal_name(signo)).substr(3);
+}
+
+struct FlagRule {
+  bool (*refused)(const Config& cfg);
+  std::string (*error)(const Config& cfg);
+};
+
+const FlagRule kFlagRules[] = {
+    {[](const Config& cfg) { return !cfg.init_weights.empty() && cfg.eval_only; },
+     [](const Config& cfg) -> std::string {
+       return "--init-weights starts training from a model; to evaluate one, use --eval-only "
+              "--resume PATH";
+     }},
+    {[](const Config& cfg) { return !cfg.init_weights.empty() && cfg.resume != "none"; },
+     [](const Config& cfg) -> std::string {
+       return "--init-weights starts a new run from a model, --resume continues a run: use one of "
+              "them";
+     }},
+    {[](const Config& cfg) { return cfg.eval_only && cfg.resume == "none"; },
+     [](const Config& cfg) -> std::string {
+       return "--eval-only evaluates a checkpoint: give it one with --resume PATH (or --resume "
+              "auto to take the newest in --checkpoint-dir)";
+     }},
+    {[](const Config& cfg) { return cfg.flight_dump_signal == cfg.requeue_signal; },
+     [](const Config& cfg) -> std::string {
+       return fmt::format(
+           "--flight-dump-signal {0} and --requeue-signal {0}: one signal cannot both dump the "
+           "flight recorder and stop the run; give them different signals (defaults: USR2, USR1)",
+           typed_signal(cfg.flight_dump_signal));
+     }},
+    {[](const Config& cfg) {
+       return !cfg.trace_steps.empty() && !parse_trace_window(cfg.trace_steps);
+     },
+     [](const Config& cfg) -> std::string {
+       return fmt::format(
+           "--trace-steps {}: give A:B, two step numbers with 0 <= A < B (e.g. --trace-steps "
+           "100:150)",
+           cfg.trace_steps);
+     }},
+    {[](const Config& cfg) { return !cfg.trace_steps.empty() && cfg.trace.empty(); },
+     [](const Config& cfg) -> std::string {
+       return "--trace-steps bounds the timeline of --trace FILE: add --trace FILE";
+     }},
+    {[](const Config& cfg) { return cfg.debug_desync_rank >= 0 && !cfg.debug_collectives; },
+     [](const Config& cfg) -> std::string {
+       return "--debug-desync-rank makes the ranks' collectives disagree, which only "
+              "--debug-collectives catches (without it MPI's behaviour is undefined): add "
+              "--debug-collectives";
+     }},
+    {[](const Config& cfg) { return !cfg.debug_slow.empty() && !parse_debug_slow(cfg.debug_slow); },
+     [](const Config& cfg) -> std::string {
+       return fmt::format(
+           "--debug-slow {}: give RANK:PHASE:MS, e.g. 1:backward:200 (PHASE: data, forward, "
+           "backward or optimizer; MS > 0)",
+           cfg.debug_slow);
+     }},
+    {[](const Config& cfg) { return cfg.accumulate > 1 && cfg.eval_only; },
+     [](const Config& cfg) -> std::string {
+       return fmt::format(
+           "--accumulate {} shapes training steps; --eval-only trains nothing: drop one of them",
+           cfg.accumulate);
+     }},
+    {[](const Config& cfg) {
+       return static_cast<std::int64_t>(cfg.batch_size) * cfg.accumulate > (std::int64_t{1} << 24);
+     },
+     [](const Config& cfg) -> std::string {
+       return fmt::format(
+           "--batch-size {} x --accumulate {} = {} images per rank per step is more than any "
+           "dataset holds (at most 16777216); lower one of them",
+           cfg.batch_size, cfg.accumulate,
+           static_cast<std::int64_t>(cfg.batch_size) * cfg.accumulate);
+     }},
+    {[](const Config& cfg) { return cfg.nesterov && (cfg.momentum <= 0 || cfg.dampening != 0); },
+     [](const Config& cfg) -> std::string {
+       return "--nesterov needs --momentum > 0 and --dampening 0 (as torch.optim.SGD)";
+     }},
+};
+
+struct DeviceFlagRule {
+  bool (*refused)(const Config& cfg, Device device, bool thread_multiple);
+  std::string (*error)(const Config& cfg, Device device);
+};
+
+const DeviceFlagRule kDeviceFlagRules[] = {
+    {[](const Config& cfg, Device device, bool thread_multiple) {
+       return device == Device::Cuda && is_powersgd(cfg.compression);
+     },
+     [](const Config& cfg, Device device) -> std::string {
+       return fmt::format(
+           "--compression {}: PowerSGD runs on the CPU backend only in this version; use --device "
+           "cpu, or --compression none|fp16|bf16 on the GPU",
+           to_string(cfg.compression));
+     }},
+    {[](const Config& cfg, Device device, bool thread_multiple) {
+       return device == Device::Cuda && cfg.compression != Compression::None &&
+              cfg.comm == CommChoice::Mpi;
+     },
+     [](const Config& cfg, Device device) -> std::string {
+       return fmt::format(
+           "--compression {} with --comm mpi on a GPU: the GPU hooks encode and sum on NCCL's "
+           "stream; use --comm nccl (one GPU per rank), or --compression none",
+           to_string(cfg.compression));
+     }},
+    {[](const Config& cfg, Device device, bool thread_multiple) {
+       return cfg.overlap_engine == OverlapEngine::Thread && !thread_multiple;
+     },
+     [](const Config& cfg, Device device) -> std::string {
+       return "--overlap-engine thread: this MPI library does not provide MPI_THREAD_MULTIPLE; use "
+              "--overlap-engine test";
+     }},
+    {[](const Config& cfg, Device device, bool thread_multiple) {
+       return cfg.overlap_engine == OverlapEngine::Thread && device == Device::Cuda;
+     },
+     [](const Config& cfg, Device device) -> std::string {
+       return "--overlap-engine thread: the communication thread is the CPU backend's; on the GPU "
+              "the bucket all-reduces overlap backward on NCCL's own stream (drop the flag)";
+     }},
+    {[](const Config& cfg, Device device, bool thread_multiple) {
+       return cfg.overlap_engine == OverlapEngine::Thread && cfg.local_sgd_start >= 0;
+     },
+     [](const Config& cfg, Device device) -> std::string {
+       return "--overlap-engine thread with --local-sgd-start: the communication thread reduces "
+              "over the whole job only; use --overlap-engine test for post-local SGD";
+     }},
+    {[](const Config& cfg, Device device, bool thread_multiple) {
+       return cfg.amp != AmpMode::Off && device == Device::Cpu;
+     },
+     [](const Config& cfg, Device device) -> std::string {
+       return fmt::format(
+           "--amp {}: mixed precision runs on the GPU backend only, and this run is on the CPU{}; "
+           "drop --amp, or run on a GPU with --device cuda",
+           amp_mode_name(cfg.amp),
+           cfg.device == DeviceChoice::Auto ? " (--device auto found no usable GPU)" : "");
+     }},
+    {[](const Config& cfg, Device device, bool thread_multiple) {
+       return cfg.local_sgd_start >= 0 && device == Device::Cuda && cfg.comm == CommChoice::Mpi;
+     },
+     [](const Config& cfg, Device device) -> std::string {
+       return "--local-sgd-start with --comm mpi on a GPU: the node-local groups are NCCL "
+              "communicators; use --comm nccl (one GPU per rank)";
+     }},
+    {[](const Config& cfg, Device device, bool thread_multiple) {
+       return cfg.local_sgd_start >= 0 && cfg.compression != Compression::None;
+     },
+     [](const Config& cfg, Device device) -> std::string {
+       return fmt::format(
+           "--local-sgd-start with --compression {}: post-local SGD uses the plain all-reduce (as "
+           "PyTorch's post_localSGD_hook); drop one of the two",
+           to_string(cfg.compression));
+     }},
+    {[](const Config& cfg, Device device, bool thread_multiple) {
+       return device == Device::Cpu && cfg.comm == CommChoice::Nccl;
+     },
+     [](const Config& cfg, Device device) -> std::string {
+       return "--comm nccl works on GPU memory: use it with --device cuda (or --comm mpi)";
+     }},
+};
+
+}  // namespace
+
+void check_flag_rules(const Config& cfg) {
+  for (const FlagRule& r : kFlagRules)
+    if (r.refused(cfg)) throw UserError(r.error(cfg));
+}
+
+void check_flags_for_device(const Config& cfg, Device device, bool thread_multiple) {
+  for (const DeviceFlagRule& r : kDeviceFlagRules)
+    if (r.refused(cfg, device, thread_multiple)) throw UserError(r.error(cfg, device));
+}
+
+}  // namespace mnist_ddp

@@ -1,0 +1,187 @@
+// trainer_checkpoint.cpp — the trainer's checkpoint state: what a checkpoint holds of a run
+// (model, optimizer, position, lineage, hook and loss-scale state, the input record), writing it
+// (rank 0, agreed), retention within the run's lineage, and continuing from one.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "mnist_ddp/checkpoint/store.hpp"
+#include "mnist_ddp/dist/powersgd.hpp"
+#include "mnist_ddp/runtime/agree.hpp"
+#include "mnist_ddp/runtime/check.hpp"
+#include "mnist_ddp/train/trainer.hpp"
+
+namespace mnist_ddp {
+
+std::string Trainer::good_checkpoint_advice() const {
+  if (last_checkpoint_.empty()) {
+    return fmt::format(
+        "This run wrote no checkpoint; those in {} are untouched: --resume the newest with a "
+        "lower --lr (or more --warmup-steps), or start again",
+        cfg_.checkpoint_dir);
+  }
+  return fmt::format(
+      "The last good checkpoint is {}: --resume it with a lower --lr (or more --warmup-steps)",
+      last_checkpoint_);
+}
+
+void Trainer::resume_from(const TrainingState& s) {
+  ops_.upload(s.params.data(), model_.params().data(), s.params.size() * sizeof(float));
+  ops_.upload(s.buffers.data(), model_.buffers().data(), s.buffers.size() * sizeof(float));
+  std::copy(s.num_batches_tracked.begin(), s.num_batches_tracked.end(),
+            model_.num_batches_tracked().begin());
+  sgd_.restore(s.momentum, s.optimizer_steps);
+  step_ = s.step;
+  epoch_ = s.epoch;
+  offset_ = s.sample_offset;
+  last_checkpoint_step_ = s.step;
+  // The lineage continues; a checkpoint of a version without run ids starts a new one (its own
+  // files then count as another run's: --keep leaves them alone).
+  if (!s.run_id.empty()) run_id_ = s.run_id;
+  if (scaler_ && s.loss_scale > 0) {
+    scaler_->set_state(LossScalerState{static_cast<float>(s.loss_scale),
+                                       static_cast<std::int32_t>(s.loss_scale_growth_tracker)});
+  } else if (scaler_) {
+    log_.info(
+        "resume: the checkpoint has no loss scale (trained without --amp fp16); starting "
+        "the scaler at 65536");
+  }
+  if (PowerSgd* p = reducer_->powersgd()) {
+    const std::int64_t iter = s.hook_iter >= 0 ? s.hook_iter : s.step;
+    if (s.rank_arrays.size() == static_cast<std::size_t>(comm_.size())) {
+      p->restore(s.rank_arrays[static_cast<std::size_t>(comm_.rank())], iter, s.hook_rng);
+    } else {
+      if (!s.rank_arrays.empty()) {
+        log_.info(fmt::format(
+            "resume: PowerSGD error feedback of {} ranks cannot map onto {}; starting it from "
+            "zero (new Qs)",
+            s.rank_arrays.size(), comm_.size()));
+      }
+      p->restore({}, iter, s.hook_iter >= 0 ? s.hook_rng : static_cast<std::int64_t>(cfg_.seed));
+    }
+  }
+  if (s.world_size != comm_.size()) {
+    // Another world size: the sampler hands out other per-rank lists, so only the number of
+    // samples of this epoch already consumed carries over.
+    const std::int64_t consumed = s.sample_offset * s.world_size;
+    offset_ = consumed / comm_.size();
+  }
+}
+
+TrainingState Trainer::state() const {
+  TrainingState s;
+  s.step = step_;
+  s.epoch = epoch_;
+  s.sample_offset = offset_;
+  s.world_size = comm_.size();
+  s.seed = cfg_.seed;
+  s.config_json = config_json(cfg_);
+  s.program_version = kVersion;
+  s.run_id = run_id_;
+  // What the model was trained on and exactly how its input was made (the floats gather uses).
+  s.input.recorded = true;
+  s.input.name = data_.name;
+  s.input.mean = data_.mean;
+  s.input.std = data_.std;
+  s.input.labels_crc32 = data_.crc32;
+  s.input.train_count = data_.train.count;
+  ConvNet& model = model_;  // a reference member: the device arenas are read, not changed
+  s.params.resize(model.params().size());
+  s.buffers.resize(model.buffers().size());
+  s.momentum.resize(sgd_.momentum_buffer().size());
+  ops_.download(model.params().data(), s.params.data(), s.params.size() * sizeof(float));
+  ops_.download(model.buffers().data(), s.buffers.data(), s.buffers.size() * sizeof(float));
+  ops_.download(sgd_.momentum_buffer().data(), s.momentum.data(),
+                s.momentum.size() * sizeof(float));
+  s.num_batches_tracked.assign(model.num_batches_tracked().begin(),
+                               model.num_batches_tracked().end());
+  s.optimizer_steps = sgd_.steps_taken();
+  s.lr_schedule = name_in(kLrScheduleNames, cfg_.lr_schedule);
+  s.base_lr = cfg_.lr;
+  s.last_lr = last_lr_;
+  s.momentum_factor = cfg_.momentum;
+  s.dampening = cfg_.dampening;
+  s.weight_decay = cfg_.weight_decay;
+  s.nesterov = cfg_.nesterov;
+  if (PowerSgd* p = reducer_->powersgd()) {
+    s.hook_iter = p->iter();
+    s.hook_rng = p->rng_state();
+  }
+  if (scaler_) {
+    const LossScalerState a = scaler_->state();
+    s.loss_scale = a.scale;
+    s.loss_scale_growth_tracker = a.growth_tracker;
+  }
+  return s;
+}
+
+std::vector<std::vector<std::pair<std::string, std::vector<float>>>> Trainer::gather_hook_state() {
+  std::vector<std::vector<std::pair<std::string, std::vector<float>>>> out;
+  PowerSgd* p = reducer_->powersgd();
+  if (p == nullptr) return out;
+  // Every rank holds the same names and sizes (the hook runs in lockstep), only the values
+  // (error feedback) differ.
+  const auto mine = p->state();
+  if (mine.empty()) return out;
+  out.resize(static_cast<std::size_t>(comm_.size()));
+  for (const auto& [name, data] : mine) {
+    std::vector<float> all(data.size() * static_cast<std::size_t>(comm_.size()));
+    // Collective: rank r's array lands at block r on every rank (rank 0 writes them).
+    comm_.allgather(std::span<const float>(data), all);
+    for (std::size_t r = 0; r < out.size(); ++r) {
+      out[r].emplace_back(
+          name,
+          std::vector<float>(all.begin() + static_cast<std::ptrdiff_t>(r * data.size()),
+                             all.begin() + static_cast<std::ptrdiff_t>((r + 1) * data.size())));
+    }
+  }
+  return out;
+}
+
+void Trainer::checkpoint(const char* why, bool preemption) {
+  if (last_checkpoint_step_ == step_) return;  // this state is already on disk
+  const HostTraceScope span(tracer_, preemption ? "preemption checkpoint" : "checkpoint",
+                            SpanArgs{.step = step_});
+  std::string path;
+  auto hook_state = gather_hook_state();
+  // Collective (inside run_agreed): rank 0 holds everything a checkpoint needs (parameters and
+  // momentum are identical on every rank; BN buffers follow rank 0), so only it writes; the
+  // agreement tells every rank whether the write worked.
+  run_agreed(comm_, [&] {
+    if (comm_.rank() != 0) return;
+    TrainingState s = state();
+    s.rank_arrays = std::move(hook_state);
+    try {
+      path = save_checkpoint(cfg_.checkpoint_dir, s, layout_);
+    } catch (const UserError& e) {
+      if (e.exit_code() != kExitTrainingDiverged) throw;
+      throw UserError(fmt::format("training diverged by step {} (lr {:g}): {}. {}", step_, last_lr_,
+                                  e.what(), good_checkpoint_advice()),
+                      kExitTrainingDiverged);
+    }
+    if (preemption) {
+      const std::string replaced = roll_preemption_checkpoint(cfg_.checkpoint_dir, path);
+      if (!replaced.empty()) log_.info("preemption checkpoint replaces " + replaced);
+    }
+    // Retention within this run's lineage only: another run's files are never deleted.
+    const Retention kept = prune_checkpoints(cfg_.checkpoint_dir, cfg_.keep, run_id_);
+    if (!kept.foreign.empty() && !foreign_reported_) {
+      foreign_reported_ = true;
+      log_.info(fmt::format(
+          "checkpoints: {} file(s) in {} belong to another run or an older mnist_ddp (e.g. {}): "
+          "--keep {} counts and deletes only this run's (run id {})",
+          kept.foreign.size(), cfg_.checkpoint_dir, kept.foreign.front(), cfg_.keep, run_id_));
+    }
+  });
+  last_checkpoint_step_ = step_;
+  if (comm_.rank() == 0) {
+    last_checkpoint_ = path;
+    report_.checkpoint(position(), path, why, offset_, preemption);
+  }
+}
+
+}  // namespace mnist_ddp
