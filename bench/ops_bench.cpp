@@ -6,6 +6,7 @@
 #include <cblas.h>
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "mnist_ddp/model/model.hpp"
@@ -186,6 +187,38 @@ BENCHMARK_CAPTURE(BM_BnReluPool, backward, true)
     ->Args({0, 32, 14})
     ->Args({1, 32, 14})
     ->Unit(benchmark::kMicrosecond);
+
+// The oneDNN backend's convolutions through the Ops interface, at this CPU's blocked layout
+// (nChw16c with AVX-512, nChw8c with AVX2 or ONEDNN_MAX_CPU_ISA=AVX2): what the default CPU path
+// runs (the BM_Conv* above are the reference im2col + OpenBLAS kernels).
+// Args: layer (1|2), direction (0 forward, 1 backward-filter, 2 backward-data; layer 2 only).
+void BM_OneDnnConv(benchmark::State& st) {
+  auto ops = mnist_ddp::make_ops(mnist_ddp::Device::Cpu, mnist_ddp::CpuKernels::OneDnn);
+  const ConvGeom g = geom(static_cast<int>(st.range(0)), 0);
+  const int dir = static_cast<int>(st.range(1));
+  // Channels rounded up to the widest block (16): room for any blocked layout's padding.
+  const auto padded = [](int c) { return static_cast<std::size_t>((c + 15) / 16 * 16); };
+  auto x = random_vec(padded(g.c) * g.n * g.h * g.w, 1);
+  auto w = random_vec(static_cast<std::size_t>(g.k) * g.c * g.r * g.r, 2);
+  auto b = random_vec(g.k, 3);
+  auto y = random_vec(padded(g.k) * g.n * g.out_h() * g.out_w(), 4);
+  std::vector<float> dw(w.size()), db(b.size()), dx(x.size());
+  for (auto _ : st) {
+    if (dir == 0) ops->conv2d_forward(g, x.data(), w.data(), b.data(), y.data());
+    if (dir == 1) ops->conv2d_backward_filter(g, x.data(), y.data(), dw.data(), db.data());
+    if (dir == 2) ops->conv2d_backward_data(g, w.data(), y.data(), dx.data());
+  }
+  const mnist_ddp::DnnlLayout l = mnist_ddp::dnnl_layout();
+  st.SetLabel(l.convolution + " block " + std::to_string(l.block));
+  conv_counters(st, g, 1);
+}
+BENCHMARK(BM_OneDnnConv)
+    ->Args({1, 0})
+    ->Args({1, 1})
+    ->Args({2, 0})
+    ->Args({2, 1})
+    ->Args({2, 2})
+    ->Unit(benchmark::kMillisecond);
 
 // One full forward + backward of the model at batch 100 (no communication, no optimizer) on
 // each CPU backend: this is the benchmark behind choosing oneDNN over im2col + OpenBLAS.

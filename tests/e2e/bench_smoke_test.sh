@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # bench_smoke_test.sh — the benchmark binaries build and run (no timing is asserted here; timings
 # belong to `make bench`): comm_bench's all-reduce data check passes on 2 ranks, its hook
-# counters report each hook's bytes per step (PowerSGD's 6.8x cut), ops_bench's fused kernels run,
+# counters report each hook's bytes per step (PowerSGD's 6.8x cut), ops_bench's fused kernels and
+# oneDNN convolutions run (labelled with the kernels and the block), `make ARCH=` builds apart,
 # gpu_ops_bench says "no usable GPU" and exits 1 where there is none (it runs in tools/gpu-suite.sh).
 source "$(dirname "$0")/lib.sh"
 CB="$REPO/build/bench/comm_bench" OB="$REPO/build/bench/ops_bench"
@@ -27,11 +28,19 @@ if [[ $RC -eq 0 && "$counts" == ok* ]]; then
 else
   fail "comm_bench rc=$RC $counts" "$(show)"
 fi
-run ops_bench 300 "$OB" --benchmark_filter='BM_BnReluPool' --benchmark_min_time=0.01
-if [[ $RC -eq 0 ]] && [[ $(grep -c "BM_BnReluPool/" "$OUT") -ge 8 ]]; then
-  pass "ops_bench_fused_kernels_run"
+run ops_bench 300 "$OB" --benchmark_filter='BM_BnReluPool|BM_OneDnnConv' --benchmark_min_time=0.01
+if [[ $RC -eq 0 ]] && [[ $(grep -c "BM_BnReluPool/" "$OUT") -ge 8 ]] &&
+   [[ $(grep -cE "^BM_OneDnnConv/[12]/[012] .*jit:.* block (8|16)$" "$OUT") -eq 5 ]]; then
+  pass "ops_bench_fused_kernels_and_onednn_convolutions_run ($(grep -m1 -o "jit:.* block [0-9]*" "$OUT"))"
 else
   fail "ops_bench rc=$RC" "$(show)"
+fi
+# ARCH= builds a tree for that instruction set in its own folder (bench/compare_isa.sh's AVX2 path).
+dry=$(make -s -n -B -C "$REPO" ARCH=x86-64-v3 USE_CUDA=0 build/x86-64-v3/src/data/idx.o 2>&1)
+if grep -q -- "-march=x86-64-v3 .*-o build/x86-64-v3/src/data/idx.o" <<<"$dry" && ! grep -q -- "-march=native" <<<"$dry"; then
+  pass "arch_builds_in_its_own_folder (make ARCH=x86-64-v3: -march=x86-64-v3, build/x86-64-v3/)"
+else
+  fail "arch_builds_in_its_own_folder" "$dry"
 fi
 GB="$REPO/build/bench/gpu_ops_bench"
 if [[ ! -x $GB ]]; then
