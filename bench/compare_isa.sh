@@ -15,6 +15,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 EPOCHS="${1:-1}" RANKS="${2:-2}" ROUNDS="${3:-4}"
+for v in "$EPOCHS" "$RANKS" "$ROUNDS"; do
+  if [[ ! $v =~ ^[1-9][0-9]*$ ]]; then
+    echo "usage: bench/compare_isa.sh [EPOCHS] [RANKS] [ROUNDS] (positive whole numbers; got '$v')" >&2
+    exit 2
+  fi
+done
 V3=x86-64-v3
 OUT=bench/results/compare_isa
 rm -rf "$OUT" && mkdir -p "$OUT"

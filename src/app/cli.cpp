@@ -55,12 +55,10 @@ struct EnumText {
         amp(name_in(kAmpModeNames, c.amp)),
         compression(name_in(kCompressionNames, c.compression)),
         overlap_engine(name_in(kOverlapEngineNames, c.overlap_engine)),
-        requeue_signal(typed_signal(c.requeue_signal)),
-        flight_dump_signal(typed_signal(c.flight_dump_signal)),
+        requeue_signal(signal_flag_name(c.requeue_signal)),
+        flight_dump_signal(signal_flag_name(c.flight_dump_signal)),
         progress(name_in(kProgressNames, c.progress)),
         no_shuffle(!c.shuffle) {}
-  // "USR1" for SIGUSR1: the flags take the name without "SIG".
-  static std::string typed_signal(int signo) { return std::string(signal_name(signo)).substr(3); }
   std::string lr_schedule, device, cpu_kernels, comm, tf32, cuda_graphs, amp, compression,
       overlap_engine, requeue_signal, flight_dump_signal, progress;
   bool no_shuffle = false;

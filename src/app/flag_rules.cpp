@@ -17,11 +17,6 @@
 namespace mnist_ddp {
 namespace {
 
-// "USR1" for SIGUSR1: as the flags take it.
-std::string typed_signal(int signo) {
-  return std::string(signal_name(signo)).substr(3);
-}
-
 struct FlagRule {
   bool (*refused)(const Config& cfg);
   std::string (*error)(const Config& cfg);
@@ -48,7 +43,7 @@ const FlagRule kFlagRules[] = {
        return fmt::format(
            "--flight-dump-signal {0} and --requeue-signal {0}: one signal cannot both dump the "
            "flight recorder and stop the run; give them different signals (defaults: USR2, USR1)",
-           typed_signal(cfg.flight_dump_signal));
+           signal_flag_name(cfg.flight_dump_signal));
      }},
     {[](const Config& cfg) {
        return !cfg.trace_steps.empty() && !parse_trace_window(cfg.trace_steps);

@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <csignal>
 #include <cstdint>
+#include <cstring>
 
 namespace mnist_ddp {
 namespace {
@@ -78,6 +79,11 @@ int agree_stop_signal(Comm& comm) {
   // Collective: if any rank was signalled, every rank learns it at the same step boundary.
   comm.allreduce(std::span<std::int32_t>(&s, 1), ReduceOp::Max);
   return static_cast<int>(s);
+}
+
+const char* signal_flag_name(int signo) {
+  const char* n = signal_name(signo);
+  return std::strncmp(n, "SIG", 3) == 0 ? n + 3 : n;
 }
 
 const char* signal_name(int signo) {

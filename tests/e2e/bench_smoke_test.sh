@@ -42,6 +42,16 @@ if grep -q -- "-march=x86-64-v3 .*-o build/x86-64-v3/src/data/idx.o" <<<"$dry" &
 else
   fail "arch_builds_in_its_own_folder" "$dry"
 fi
+# The before/after benchmarks refuse what they cannot run, before building or training anything.
+run compare_isa_bad 30 "$REPO/bench/compare_isa.sh" one
+run_isa=$RC; err_isa=$(cat "$ERR")
+run compare_builds_bad 30 "$REPO/bench/compare_builds.sh" /nonexistent "$REPO/mnist_ddp"
+if [[ $run_isa -eq 2 && "$err_isa" == *"positive whole numbers; got 'one'"* && $RC -eq 2 ]] &&
+   grep -q "usage: bench/compare_builds.sh BINARY_A BINARY_B" "$ERR"; then
+  pass "compare_benches_refuse_bad_arguments"
+else
+  fail "compare benches: isa rc=$run_isa builds rc=$RC" "$err_isa" "$(show)"
+fi
 GB="$REPO/build/bench/gpu_ops_bench"
 if [[ ! -x $GB ]]; then
   fail "gpu_ops_bench missing (make build/bench/gpu_ops_bench)"

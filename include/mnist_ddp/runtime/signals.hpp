@@ -27,5 +27,7 @@ int parse_signal(const std::string& name);
 int agree_stop_signal(Comm& comm);
 // "SIGTERM", "SIGINT", ...
 const char* signal_name(int signo);
+// The name the signal flags take (--requeue-signal, --flight-dump-signal): "USR1" for SIGUSR1.
+const char* signal_flag_name(int signo);
 
 }  // namespace mnist_ddp
