@@ -4,7 +4,10 @@
 #include <gtest/gtest.h>
 #include <dnnl.hpp>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -13,6 +16,7 @@
 #include "mnist_ddp/model/model.hpp"
 #include "mnist_ddp/model/rng.hpp"
 #include "mnist_ddp/ops/ops.hpp"
+#include "ops/cpu/blocked_loops.hpp"
 #include "ops/cpu/blocked_ops.hpp"
 #include "ops/cpu/cpu_kernels.hpp"
 
@@ -32,6 +36,13 @@ double max_rel(const std::vector<float>& a, const std::vector<float>& b) {
   for (std::size_t i = 0; i < a.size(); ++i)
     m = testing::worst_of(m, std::abs(double(a[i]) - b[i]) / std::max(1.0, std::abs(double(b[i]))));
   return m;
+}
+
+// The bit patterns (so -0 differs from +0) of v, whole or its first k elements.
+std::vector<std::uint32_t> bit_patterns(const std::vector<float>& v, std::size_t k = SIZE_MAX) {
+  std::vector<std::uint32_t> u(std::min(k, v.size()));
+  std::memcpy(u.data(), v.data(), u.size() * sizeof(float));
+  return u;
 }
 
 std::vector<float> to_blocked(int block, int c, int n, int hw, const std::vector<float>& cnhw) {
@@ -115,6 +126,106 @@ TEST_P(BlockedBn, StatsFusedForwardAndBackwardMatchReference) {
 }
 INSTANTIATE_TEST_SUITE_P(BlocksTrainAndFrozen, BlockedBn,
                          ::testing::Combine(::testing::Values(8, 16), ::testing::Bool()));
+
+// Every channel's arithmetic is the same at both blocks (same operations, same order per lane),
+// so the whole fused ops at block 8 equal those at block 16 bit for bit: 24 channels at block 8
+// (both the two-blocks-a-pass sums and the one-block tail) against the first 24 of 32 at block 16.
+TEST(BlockedBnBits, BlockEightEqualsBlockSixteenBitForBit) {
+  const int c16 = 32, c8 = 24, n = 3, h = 28, w = 28, hw = h * w;
+  const std::size_t per_c = static_cast<std::size_t>(n) * hw;
+  auto x = rnd(c16 * per_c, 11, -2, 2);
+  for (int i = 0; i < 40; ++i) x[i] = 0.25f;  // exact ties
+  const auto gamma = rnd(c16, 12, -1.5f, 1.5f), beta = rnd(c16, 13), dy = rnd(x.size() / 4, 14);
+  struct Out {
+    std::vector<float> mean, invstd, rm, rv, y, dx, dg, db;
+    std::vector<float> arg;
+  };
+  const auto run = [&](int block, int c, bool batch_stats) {
+    const std::vector<float> xc(x.begin(), x.begin() + c * per_c);
+    const std::vector<float> dyc(dy.begin(), dy.begin() + c * per_c / 4);
+    Out o;
+    o.mean.resize(c);
+    o.invstd.resize(c);
+    o.rm.assign(c, 0.2f);
+    o.rv.assign(c, 1.1f);
+    const auto xb = to_blocked(block, c, n, hw, xc);
+    if (batch_stats) {
+      blocked::batchnorm_stats(block, c, n, hw, xb.data(), 1e-5, 0.1, o.mean.data(),
+                               o.invstd.data(), o.rm.data(), o.rv.data());
+    } else {
+      cpu::batchnorm_eval_stats(c, o.rm.data(), o.rv.data(), 1e-5, o.mean.data(), o.invstd.data());
+    }
+    std::vector<float> y(xc.size() / 4), dx(xc.size());
+    std::vector<std::uint8_t> a(y.size());
+    o.dg.resize(c);
+    o.db.resize(c);
+    blocked::bn_relu_pool_forward(block, c, n, h, w, xb.data(), gamma.data(), beta.data(),
+                                  o.mean.data(), o.invstd.data(), y.data(), a.data());
+    blocked::bn_relu_pool_backward(block, c, n, h, w, xb.data(), y.data(),
+                                   to_blocked(block, c, n, hw / 4, dyc).data(), a.data(),
+                                   gamma.data(), o.mean.data(), o.invstd.data(), batch_stats,
+                                   dx.data(), o.dg.data(), o.db.data());
+    o.y = to_ref(block, c, n, hw / 4, y);
+    o.dx = to_ref(block, c, n, hw, dx);
+    o.arg = to_ref(block, c, n, hw / 4, std::vector<float>(a.begin(), a.end()));
+    return o;
+  };
+  for (const bool batch_stats : {true, false}) {
+    SCOPED_TRACE(batch_stats ? "batch statistics" : "running statistics");
+    const Out a = run(8, c8, batch_stats), b = run(16, c16, batch_stats);
+    EXPECT_EQ(bit_patterns(a.mean), bit_patterns(b.mean, c8)) << "mean";
+    EXPECT_EQ(bit_patterns(a.invstd), bit_patterns(b.invstd, c8)) << "invstd";
+    EXPECT_EQ(bit_patterns(a.rm), bit_patterns(b.rm, c8)) << "rm";
+    EXPECT_EQ(bit_patterns(a.rv), bit_patterns(b.rv, c8)) << "rv";
+    EXPECT_EQ(bit_patterns(a.y), bit_patterns(b.y, c8 * per_c / 4)) << "y";
+    EXPECT_EQ(bit_patterns(a.arg), bit_patterns(b.arg, c8 * per_c / 4)) << "arg";
+    EXPECT_EQ(bit_patterns(a.dx), bit_patterns(b.dx, c8 * per_c)) << "dx";
+    EXPECT_EQ(bit_patterns(a.dg), bit_patterns(b.dg, c8)) << "dg";
+    EXPECT_EQ(bit_patterns(a.db), bit_patterns(b.db, c8)) << "db";
+  }
+}
+
+// The AVX2+FMA loops against the generic ones on the same blocked data, all four, at both
+// blocks: bit for bit (24 channels at block 8 take the two-blocks-a-pass sums and the one-block
+// tail). The 0.1.0 checkpoint fixture's own step 6 was made by the generic loops at block 8.
+class BlockedLoops : public ::testing::TestWithParam<int> {};
+
+TEST_P(BlockedLoops, Avx2LoopsEqualGenericOnesBitForBit) {
+  if (!blocked::kAvx2LoopsCompiled) GTEST_SKIP() << "this build has no AVX2+FMA loops";
+  const int block = GetParam(), c = block == 8 ? 24 : 32, n = 3, h = 28, w = 28, hw = h * w;
+  const std::size_t size = static_cast<std::size_t>(c) * n * hw;
+  auto x = rnd(size, 21, -2, 2);
+  for (int i = 0; i < 40; ++i) x[i] = 0.25f;  // exact ties
+  const auto scale = rnd(c, 22, -1.5f, 1.5f), shift = rnd(c, 23), dy = rnd(size / 4, 24);
+  const auto mean = rnd(c, 25), kk = rnd(c, 26), c0 = rnd(c, 27), c1 = rnd(c, 28);
+  const blocked::PixelLoops& gen = blocked::generic_loops(block);
+  const blocked::PixelLoops& simd = blocked::avx2_loops(block);
+  std::vector<double> s_a(c), ss_a(c), s_b(c), ss_b(c);
+  gen.stats_sums(c, n, hw, x.data(), s_a.data(), ss_a.data());
+  simd.stats_sums(c, n, hw, x.data(), s_b.data(), ss_b.data());
+  EXPECT_EQ(s_a, s_b);
+  EXPECT_EQ(ss_a, ss_b);
+  std::vector<float> y_a(size / 4), y_b(size / 4);
+  std::vector<std::uint8_t> arg_a(size / 4), arg_b(size / 4);
+  gen.forward(c, n, h, w, x.data(), scale.data(), shift.data(), y_a.data(), arg_a.data());
+  simd.forward(c, n, h, w, x.data(), scale.data(), shift.data(), y_b.data(), arg_b.data());
+  EXPECT_EQ(bit_patterns(y_a), bit_patterns(y_b));
+  EXPECT_EQ(arg_a, arg_b);
+  ASSERT_GT(std::count(arg_a.begin(), arg_a.end(), 3), 0);  // every argmax value occurs
+  gen.grad_sums(c, n, h, w, x.data(), y_a.data(), dy.data(), arg_a.data(), mean.data(), s_a.data(),
+                ss_a.data());
+  simd.grad_sums(c, n, h, w, x.data(), y_a.data(), dy.data(), arg_a.data(), mean.data(), s_b.data(),
+                 ss_b.data());
+  EXPECT_EQ(s_a, s_b);
+  EXPECT_EQ(ss_a, ss_b);
+  std::vector<float> dx_a(size), dx_b(size);
+  gen.backward(c, n, h, w, x.data(), y_a.data(), dy.data(), arg_a.data(), mean.data(), kk.data(),
+               c0.data(), c1.data(), dx_a.data());
+  simd.backward(c, n, h, w, x.data(), y_a.data(), dy.data(), arg_a.data(), mean.data(), kk.data(),
+                c0.data(), c1.data(), dx_b.data());
+  EXPECT_EQ(bit_patterns(dx_a), bit_patterns(dx_b));
+}
+INSTANTIATE_TEST_SUITE_P(Blocks, BlockedLoops, ::testing::Values(8, 16));
 
 class DnnlConv : public ::testing::TestWithParam<std::tuple<int, ConvGeom>> {};
 
