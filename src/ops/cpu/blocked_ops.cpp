@@ -21,6 +21,12 @@ void check_blocked(int block, int c) {
   MNIST_DDP_CHECK(c % block == 0, "channel count not a multiple of the channel block");
 }
 
+// The fused 2x2 pooling covers every pixel only on even sides (an odd last row or column would
+// be left out of the pooling yet be in the BN statistics, and get no input gradient).
+void check_pooled(int h, int w) {
+  MNIST_DDP_CHECK(h % 2 == 0 && w % 2 == 0, "fused BN->ReLU->pool needs an even height and width");
+}
+
 // The fused kernels' pixel loops: AVX2+FMA intrinsics where this build has them (both blocks),
 // else the generic C++ ones; the same per-lane arithmetic either way (tested bit for bit).
 const PixelLoops& pixel_loops(int block) {
@@ -132,6 +138,7 @@ void bn_relu_pool_forward(int block, int c, int n, int h, int w, const float* x,
                           const float* beta, const float* mean, const float* invstd, float* y,
                           std::uint8_t* argmax) {
   check_blocked(block, c);
+  check_pooled(h, w);
   forward_b(block, c, n, h, w, x, gamma, beta, mean, invstd, y, argmax);
 }
 void bn_relu_pool_backward(int block, int c, int n, int h, int w, const float* x, const float* y,
@@ -139,6 +146,7 @@ void bn_relu_pool_backward(int block, int c, int n, int h, int w, const float* x
                            const float* mean, const float* invstd, bool batch_stats, float* dx,
                            float* dgamma, float* dbeta, const cpu::BnSync* sync) {
   check_blocked(block, c);
+  check_pooled(h, w);
   backward_b(block, c, n, h, w, x, y, dy, argmax, gamma, mean, invstd, batch_stats, dx, dgamma,
              dbeta, sync);
 }
