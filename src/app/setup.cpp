@@ -208,6 +208,7 @@ DataSplit load_data(Comm& control, const Config& cfg, const Identity& id, const 
     // What oneDNN runs here (its JIT kernels want the CPU's vector width as the channel block).
     run_agreed(control, [&] { dnnl = dnnl_layout(); });
     kernels += fmt::format(": {} on nChw{}c", dnnl.convolution, dnnl.block);
+    if (!dnnl.own.empty()) kernels += "; " + dnnl.own;
   }
   log.info(fmt::format(
       "mnist_ddp {}: {} rank(s) on {} node(s), device {} ({}), {} "

@@ -22,6 +22,10 @@ train() {
 same_state() {  # two checkpoints hold bitwise-identical model and optimizer state
   h5diff -q "$1" "$2" /model /model >/dev/null && h5diff -q "$1" "$2" /optimizer /optimizer >/dev/null
 }
+close_state() {  # ... equal within 1e-5 on every element
+  h5diff -q -d 1e-5 "$1" "$2" /model /model >/dev/null &&
+    h5diff -q -d 1e-5 "$1" "$2" /optimizer /optimizer >/dev/null
+}
 alive() {  # live (non-zombie) mnist_ddp processes of this test run, by a marker in their argv
   ps -eo stat=,args= | awk -v m="$1" '$1 !~ /^Z/ && index($0, m) && index($0, "mnist_ddp")' | grep -v awk
 }
@@ -133,9 +137,13 @@ fi
 # --- a checkpoint of version 0.1.0 (before the schema split) resumes bit-exactly ---------------
 # tests/fixtures/checkpoint-0.1.0 (its README.md: how it was made). A: its step 3 resumed to step 6
 # in one run; B: to step 4, then B's own step-4 file to step 6. A == B shows the old file resumes
-# as an uninterrupted continuation, on any machine; on the fixture's kind of CPU (tests/fixtures/
-# checkpoint-0.1.0/CPU, AVX-512) with the same forced oneDNN kernels and OpenBLAS core, A also
-# equals 0.1.0's own step-6 file.
+# as an uninterrupted continuation, on any machine. A against 0.1.0's own step-6 file: bit for bit
+# where the kernels are the fixture's (its kind of CPU, tests/fixtures/checkpoint-0.1.0/CPU,
+# AVX-512, with oneDNN forced to AVX2 and OpenBLAS to Haswell, and the start-up line naming only
+# oneDNN's jit:avx2); elsewhere (other CPUs, or since issue 31 our own layer1 filter gradient on
+# the AVX2 path) within 1e-5 on every weight and momentum: other kernels round their sums
+# differently (seen: < 1e-7 on the weights, < 1e-5 on momenta), while the three steps themselves
+# change the state by more than that (asserted, so the tolerance cannot hide a wrong resume).
 FX="$REPO/tests/fixtures/checkpoint-0.1.0"
 python3 "$REPO/data/make_fixtures.py" "$TMP/fx" >/dev/null
 V010=(--device cpu --data "$TMP/fx/valid" --epochs 3 --batch-size 8 --progress off)
@@ -158,8 +166,11 @@ if [[ $rc_a -eq 0 && $rc_b4 -eq 0 && $RC -eq 0 ]] && grep -q "resume: step 3, ep
     else
       fail "checkpoint_of_0.1.0: resumed step 6 differs from 0.1.0's own" "$(h5diff -v "$TMP/va/ckpt-00000006.h5" "$FX/ckpt-00000006.h5" /model /model | tail -5)"
     fi
+  elif close_state "$TMP/va/ckpt-00000006.h5" "$FX/ckpt-00000006.h5" &&
+       ! close_state "$FX/ckpt-00000003.h5" "$FX/ckpt-00000006.h5"; then
+    pass "checkpoint_of_0.1.0_resumes_bit_exactly (A == B; A == 0.1.0's own step 6 within 1e-5, not bitwise: kernels '$kernels' on$(grep -m1 "model name" /proc/cpuinfo | cut -d: -f2-) round differently from the fixture's)"
   else
-    pass "checkpoint_of_0.1.0_resumes_bit_exactly (A == B; 0.1.0's own step 6 not compared: kernels '$kernels' and this CPU ($(grep -m1 "model name" /proc/cpuinfo | cut -d: -f2-)) may block its sums differently from the fixture's)"
+    fail "checkpoint_of_0.1.0: resumed step 6 is not within 1e-5 of 0.1.0's own (kernels '$kernels')" "$(h5diff -d 1e-5 "$TMP/va/ckpt-00000006.h5" "$FX/ckpt-00000006.h5" /model /model | tail -5)"
   fi
 else
   fail "checkpoint_of_0.1.0 rc=$rc_a/$rc_b4/$RC" "$out_a" "$(show)"

@@ -202,7 +202,7 @@ class BlockedLoops : public ::testing::TestWithParam<int> {};
 
 TEST_P(BlockedLoops, Avx2LoopsEqualGenericOnesBitForBit) {
   // if constexpr: a build without the AVX2 loops has no avx2_loops to call.
-  if constexpr (!blocked::kAvx2LoopsCompiled) {
+  if constexpr (!kAvx2Build) {
     GTEST_SKIP() << "this build has no AVX2+FMA loops";
   } else {
     const int block = GetParam(), c = block == 8 ? 24 : 32, n = 3, h = 28, w = 28, hw = h * w;

@@ -151,6 +151,7 @@ std::unique_ptr<Ops> make_dnnl_ops(int block = 0);
 struct DnnlLayout {
   int block = 16;
   std::string convolution;
+  std::string own;  // this project's kernels run in oneDNN's place, named; empty where none
 };
 DnnlLayout dnnl_layout();
 // The CUDA backend (src/ops/cuda/); in a CPU-only build, a UserError saying "built without CUDA".

@@ -7,7 +7,7 @@
 // lane groups at once (independent chains; each lane's order is unchanged).
 #include "ops/cpu/blocked_loops.hpp"
 
-#if defined(__AVX2__) && defined(__FMA__)  // kAvx2LoopsCompiled
+#if defined(__AVX2__) && defined(__FMA__)  // kAvx2Build
 
 #include <immintrin.h>
 

@@ -9,13 +9,9 @@
 
 #include <cstdint>
 
-namespace mnist_ddp::blocked {
+#include "ops/cpu/avx2_build.hpp"
 
-#if defined(__AVX2__) && defined(__FMA__)
-inline constexpr bool kAvx2LoopsCompiled = true;
-#else
-inline constexpr bool kAvx2LoopsCompiled = false;
-#endif
+namespace mnist_ddp::blocked {
 
 struct PixelLoops {
   // Per channel, over x[N][C/B][HW][B]: s += x and ss += x*x in double, pixels in order (image,
@@ -36,7 +32,7 @@ struct PixelLoops {
                    const float* c1, float* dx);
 };
 
-// The loops at `block` (8 or 16): portable, and (defined only where kAvx2LoopsCompiled) AVX2.
+// The loops at `block` (8 or 16): portable, and (defined only where kAvx2Build) AVX2.
 const PixelLoops& generic_loops(int block);
 const PixelLoops& avx2_loops(int block);
 

@@ -30,7 +30,7 @@ void check_pooled(int h, int w) {
 // The fused kernels' pixel loops: AVX2+FMA intrinsics where this build has them (both blocks),
 // else the generic C++ ones; the same per-lane arithmetic either way (tested bit for bit).
 const PixelLoops& pixel_loops(int block) {
-  if constexpr (kAvx2LoopsCompiled) {
+  if constexpr (kAvx2Build) {
     return avx2_loops(block);
   } else {
     return generic_loops(block);

@@ -23,6 +23,7 @@
 #include "ops/cpu/blocked_ops.hpp"
 #include "ops/cpu/cpu_kernels.hpp"
 #include "ops/cpu/host_ops.hpp"
+#include "ops/cpu/image_filter_grad.hpp"
 
 namespace mnist_ddp {
 namespace {
@@ -50,7 +51,9 @@ struct ConvPrims {
   dnnl::reorder w_to_fwd, w_to_bwd, dw_to_plain, src_to_bw, ddst_to_bw;
   bool fwd_needs_reorder = false, bwd_needs_reorder = false, dw_needs_reorder = false;
   bool src_bw_needs_reorder = false, ddst_bw_needs_reorder = false, has_bwd_data = false;
-  std::vector<std::string> impls;  // oneDNN's implementation of each convolution primitive
+  // The image's filter gradient by image_filter_grad.cpp instead of oneDNN (see build_prims).
+  bool own_filter_grad = false;
+  std::vector<std::string> impls;  // oneDNN's implementation of each convolution primitive it runs
 };
 
 // The backward-weights primitive on the activations' own layout; where oneDNN has only its
@@ -106,7 +109,11 @@ std::unique_ptr<ConvPrims> build_prims(const dnnl::engine& engine, const ConvGeo
                                       dst_md, strides, pad, pad),
       engine);
   const auto bw_pd = backward_weights_pd(engine, fwd_pd, src_md, w_any, b_md, dst_md, strides, pad);
-  p->impls = {fwd_pd.impl_info_str(), bw_pd.impl_info_str()};
+  // Where oneDNN would copy the image's output gradient into another layout for its filter
+  // gradient (AVX2: no kernel for the one-channel image on nChw8c), ours reads it as it is.
+  p->own_filter_grad = kAvx2Build && g.c == 1 && bw_pd.diff_dst_desc() != dst_md;
+  p->impls = {fwd_pd.impl_info_str()};
+  if (!p->own_filter_grad) p->impls.push_back(bw_pd.impl_info_str());
   p->fwd = dnnl::convolution_forward(fwd_pd);
   p->bwd_weights = dnnl::convolution_backward_weights(bw_pd);
   p->src = memory(src_md, engine, nullptr);
@@ -117,9 +124,11 @@ std::unique_ptr<ConvPrims> build_prims(const dnnl::engine& engine, const ConvGeo
   p->w_plain = memory(w_plain_md, engine, nullptr);
   p->dw_plain = memory(w_plain_md, engine, nullptr);
   p->fwd_needs_reorder = relayout(engine, p->w_plain, fwd_pd.weights_desc(), p->w_fwd, p->w_to_fwd);
-  p->src_bw_needs_reorder = relayout(engine, p->src, bw_pd.src_desc(), p->src_bw, p->src_to_bw);
-  p->ddst_bw_needs_reorder =
-      relayout(engine, p->ddst, bw_pd.diff_dst_desc(), p->ddst_bw, p->ddst_to_bw);
+  if (!p->own_filter_grad) {
+    p->src_bw_needs_reorder = relayout(engine, p->src, bw_pd.src_desc(), p->src_bw, p->src_to_bw);
+    p->ddst_bw_needs_reorder =
+        relayout(engine, p->ddst, bw_pd.diff_dst_desc(), p->ddst_bw, p->ddst_to_bw);
+  }
   p->dw_needs_reorder = bw_pd.diff_weights_desc() != w_plain_md;
   if (p->dw_needs_reorder) {
     p->dw_blocked = memory(bw_pd.diff_weights_desc(), engine);
@@ -165,6 +174,9 @@ class DnnlOps final : public HostOps {
   void conv2d_backward_filter(const ConvGeom& g, const float* x, const float* dy, float* dw,
                               float* db) override {
     ConvPrims& p = prims(g);
+    if constexpr (kAvx2Build) {
+      if (p.own_filter_grad) return blocked::image_filter_grad(block_, g, x, dy, dw, db);
+    }
     p.src.set_data_handle(const_cast<float*>(x));
     if (p.src_bw_needs_reorder) p.src_to_bw.execute(stream_, p.src, p.src_bw);
     p.ddst.set_data_handle(const_cast<float*>(dy));
@@ -239,12 +251,16 @@ class DnnlOps final : public HostOps {
 
 DnnlLayout dnnl_layout() try {
   const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
-  // oneDNN's implementations of the model's two convolutions (model.cpp's geometries) at a block.
+  // oneDNN's implementations of the model's two convolutions (model.cpp's geometries) at a block,
+  // and whether ours computes the image's filter gradient there.
+  bool own_filter_grad = false;
   const auto impls = [&](int block) {
     std::vector<std::string> names;
+    own_filter_grad = false;
     for (const ConvGeom& g :
          {ConvGeom{64, 1, 28, 28, 16, 5, 2}, ConvGeom{64, 16, 14, 14, 32, 5, 2}}) {
       const auto prims = build_prims(engine, g, block);
+      own_filter_grad = own_filter_grad || prims->own_filter_grad;
       for (const std::string& name : prims->impls)
         if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
     }
@@ -259,7 +275,8 @@ DnnlLayout dnnl_layout() try {
     if (std::none_of(names.begin(), names.end(), is_reference)) break;
   }
   if (std::any_of(names.begin(), names.end(), is_reference)) names = impls(chosen = 16);
-  return {chosen, fmt::format("{}", fmt::join(names, ", "))};
+  return {chosen, fmt::format("{}", fmt::join(names, ", ")),
+          own_filter_grad ? "layer1 filter gradient: mnist_ddp avx2" : ""};
 } catch (const dnnl::error& e) {
   // One clear error on every rank (the caller agrees on it), not an internal failure.
   throw UserError(
