@@ -41,12 +41,12 @@ double worst_difference(int block, const cpu::ConvGeom& g) {
     blocked::image_filter_grad(block, g, x.data(), dyb.data(), dw.data(), db.data());
   }
   double worst = 0;
-  for (std::size_t i = 0; i < wn; ++i) {
-    worst = std::max(worst, std::abs(dw[i] - dw_ref[i]) / std::max(1.0, std::abs(dw_ref[i])));
-  }
-  for (int k = 0; k < g.k; ++k) {
-    worst = std::max(worst, std::abs(db[k] - db_ref[k]) / std::max(1.0, std::abs(db_ref[k])));
-  }
+  const auto count = [&worst](float got, double want) {  // a NaN counts as infinitely wrong
+    const double d = std::abs(got - want) / std::max(1.0, std::abs(want));
+    worst = std::isnan(d) ? INFINITY : std::max(worst, d);
+  };
+  for (std::size_t i = 0; i < wn; ++i) count(dw[i], dw_ref[i]);
+  for (int k = 0; k < g.k; ++k) count(db[k], db_ref[k]);
   return worst;
 }
 
@@ -79,6 +79,8 @@ INSTANTIATE_TEST_SUITE_P(
                                          cpu::ConvGeom{2, 1, 9, 7, 32, 3, 1},
                                          cpu::ConvGeom{2, 1, 6, 5, 16, 1, 0},
                                          cpu::ConvGeom{2, 1, 8, 9, 16, 4, 0},
+                                         cpu::ConvGeom{2, 1, 7, 6, 16, 2, 1},
+                                         cpu::ConvGeom{1, 1, 9, 11, 16, 6, 2},
                                          cpu::ConvGeom{1, 1, 10, 8, 16, 7, 3})));
 
 TEST(ImageFilterGrad, RefusesWhatItCannotCompute) {
@@ -92,6 +94,8 @@ TEST(ImageFilterGrad, RefusesWhatItCannotCompute) {
     EXPECT_DEATH(call(8, cpu::ConvGeom{1, 2, 8, 8, 16, 3, 1}), "1 input channel");
     EXPECT_DEATH(call(16, cpu::ConvGeom{1, 1, 8, 8, 24, 3, 1}), "1 input channel");
     EXPECT_DEATH(call(8, cpu::ConvGeom{1, 1, 8, 8, 16, 9, 4}), "filter width 1..7");
+    EXPECT_DEATH(call(8, cpu::ConvGeom{1, 1, 4, 4, 16, 7, 1}), "within the padded image");
+    EXPECT_DEATH(call(8, cpu::ConvGeom{1, 1, 8, 8, 16, 3, -1}), "within the padded image");
     EXPECT_DEATH(call(4, cpu::ConvGeom{1, 1, 8, 8, 16, 3, 1}), "8 or 16");
   }
 }

@@ -126,8 +126,9 @@ void image_filter_grad(int block, const cpu::ConvGeom& g, const float* x, const 
                        float* dw, float* db) {
   MNIST_DDP_CHECK(block == 8 || block == 16, "channel block must be 8 or 16");
   MNIST_DDP_CHECK(g.c == 1 && g.k % block == 0, "image filter gradient: 1 input channel, K % B");
-  MNIST_DDP_CHECK(g.r >= 1 && g.r <= kMaxTaps && g.r <= g.h + 2 * g.pad && g.r <= g.w + 2 * g.pad,
-                  "image filter gradient: filter width 1..7 within the padded image");
+  MNIST_DDP_CHECK(g.r >= 1 && g.r <= kMaxTaps, "image filter gradient: filter width 1..7");
+  MNIST_DDP_CHECK(g.pad >= 0 && g.r <= g.h + 2 * g.pad && g.r <= g.w + 2 * g.pad,
+                  "image filter gradient: the filter must lie within the padded image");
   switch (g.r) {
     case 1:
       return filter_grad<1>(block, g, x, dy, dw, db);
