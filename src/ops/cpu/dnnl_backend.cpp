@@ -23,7 +23,7 @@
 #include "ops/cpu/blocked_ops.hpp"
 #include "ops/cpu/cpu_kernels.hpp"
 #include "ops/cpu/host_ops.hpp"
-#include "ops/cpu/image_filter_grad.hpp"
+#include "ops/cpu/image_conv.hpp"
 
 namespace mnist_ddp {
 namespace {
@@ -51,8 +51,8 @@ struct ConvPrims {
   dnnl::reorder w_to_fwd, w_to_bwd, dw_to_plain, src_to_bw, ddst_to_bw;
   bool fwd_needs_reorder = false, bwd_needs_reorder = false, dw_needs_reorder = false;
   bool src_bw_needs_reorder = false, ddst_bw_needs_reorder = false, has_bwd_data = false;
-  // The image's filter gradient by image_filter_grad.cpp instead of oneDNN (see build_prims).
-  bool own_filter_grad = false;
+  // The image's convolution by image_conv.cpp instead of oneDNN (see build_prims).
+  bool own_forward = false, own_filter_grad = false;
   std::vector<std::string> impls;  // oneDNN's implementation of each convolution primitive it runs
 };
 
@@ -110,9 +110,12 @@ std::unique_ptr<ConvPrims> build_prims(const dnnl::engine& engine, const ConvGeo
       engine);
   const auto bw_pd = backward_weights_pd(engine, fwd_pd, src_md, w_any, b_md, dst_md, strides, pad);
   // Where oneDNN would copy the image's output gradient into another layout for its filter
-  // gradient (AVX2: no kernel for the one-channel image on nChw8c), ours reads it as it is.
+  // gradient (AVX2: no kernel for the one-channel image on nChw8c), ours reads it as it is; and
+  // at block 8 ours runs the image's forward too (see image_conv.hpp; at block 16 oneDNN's
+  // AVX-512 kernels stay).
   p->own_filter_grad = kAvx2Build && g.c == 1 && bw_pd.diff_dst_desc() != dst_md;
-  p->impls = {fwd_pd.impl_info_str()};
+  p->own_forward = kAvx2Build && g.c == 1 && block == 8;
+  if (!p->own_forward) p->impls.push_back(fwd_pd.impl_info_str());
   if (!p->own_filter_grad) p->impls.push_back(bw_pd.impl_info_str());
   p->fwd = dnnl::convolution_forward(fwd_pd);
   p->bwd_weights = dnnl::convolution_backward_weights(bw_pd);
@@ -159,6 +162,9 @@ class DnnlOps final : public HostOps {
   void conv2d_forward(const ConvGeom& g, const float* x, const float* w, const float* b,
                       float* y) override {
     ConvPrims& p = prims(g);
+    if constexpr (kAvx2Build) {
+      if (p.own_forward) return blocked::image_conv_forward(block_, g, x, w, b, y);
+    }
     p.w_plain.set_data_handle(const_cast<float*>(w));
     if (p.fwd_needs_reorder) p.w_to_fwd.execute(stream_, p.w_plain, p.w_fwd);
     p.src.set_data_handle(const_cast<float*>(x));
@@ -253,13 +259,14 @@ DnnlLayout dnnl_layout() try {
   const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
   // oneDNN's implementations of the model's two convolutions (model.cpp's geometries) at a block,
   // and whether ours computes the image's filter gradient there.
-  bool own_filter_grad = false;
+  bool own_forward = false, own_filter_grad = false;
   const auto impls = [&](int block) {
     std::vector<std::string> names;
-    own_filter_grad = false;
+    own_forward = own_filter_grad = false;
     for (const ConvGeom& g :
          {ConvGeom{64, 1, 28, 28, 16, 5, 2}, ConvGeom{64, 16, 14, 14, 32, 5, 2}}) {
       const auto prims = build_prims(engine, g, block);
+      own_forward = own_forward || prims->own_forward;
       own_filter_grad = own_filter_grad || prims->own_filter_grad;
       for (const std::string& name : prims->impls)
         if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
@@ -275,8 +282,12 @@ DnnlLayout dnnl_layout() try {
     if (std::none_of(names.begin(), names.end(), is_reference)) break;
   }
   if (std::any_of(names.begin(), names.end(), is_reference)) names = impls(chosen = 16);
+  const char* own = own_forward && own_filter_grad ? "layer1 forward and filter gradient"
+                    : own_filter_grad              ? "layer1 filter gradient"
+                    : own_forward                  ? "layer1 forward"
+                                                   : nullptr;
   return {chosen, fmt::format("{}", fmt::join(names, ", ")),
-          own_filter_grad ? "layer1 filter gradient: mnist_ddp avx2" : ""};
+          own == nullptr ? "" : fmt::format("{}: mnist_ddp avx2", own)};
 } catch (const dnnl::error& e) {
   // One clear error on every rank (the caller agrees on it), not an internal failure.
   throw UserError(
