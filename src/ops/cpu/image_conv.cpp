@@ -1,8 +1,8 @@
 // image_conv.cpp — layer1's convolution on the AVX2 path, intrinsics: 8 output channels a vector
 // (one lane group of a pixel), two lane groups a pass, the image zero-padded once per image so the
-// inner loops have no bounds, and along an output row the R taps' image values sliding through
-// registers (one new broadcast per pixel: the loops are bound by their FMAs, not by loads).
-// Forward: y = b + sum over the taps (r-major), six output pixels of two lane groups a tile held
+// inner loops have no bounds; every loop fits AVX2's 16 vector registers (the x86-64-v3 build has
+// no more; built for AVX-512 the compiler has 32).
+// Forward: y = b + sum over the taps (r-major), five output pixels of two lane groups a tile held
 // in registers. Filter gradient:
 // one filter row a pass with 2 x R accumulators (the bias on the first pass), each image's float
 // sums added to double totals.
@@ -32,12 +32,13 @@ void add_to(double* t, __m256 v) {
       t + 4, _mm256_add_pd(_mm256_loadu_pd(t + 4), _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1))));
 }
 
-// One image's contribution to filter row r of NG 8-channel lane groups (NG chains of R fused
-// multiply-adds: with NG = 2 enough independent adds in flight), added to taps[j][r][s][lane]
-// (and, with BIAS, the plain sum of dy to bias[j][lane]). padded: the image with `pad` zeros
-// around, pw wide; d[j]: group j's first output gradient, stride b per pixel. Along a row the R
-// taps' image values slide by one pixel per output pixel: R broadcasts stay in registers and one
-// new one is loaded per pixel, so the loop is bound by its fused multiply-adds, not by loads.
+// One image's contribution to filter row r of NG 8-channel lane groups (NG x R accumulators:
+// with NG = 2, ten independent FMA chains at R = 5), added to taps[j][r][s][lane] (and, with
+// BIAS, the plain sum of dy to bias[j][lane]). padded: the image with `pad` zeros around, pw wide;
+// d[j]: group j's first output gradient, stride b per pixel. Each image value is broadcast once
+// per pixel and serves both groups. (Sliding the R broadcasts through registers needs R more of
+// them: past the 16 of AVX2, so the x86-64-v3 build spilled: 0.79 ms against 0.61 ms built with
+// AVX-512's 32 registers.)
 template <int R, int NG, bool BIAS>
 void image_row(int oh, int ow, int pw, int b, const float* padded, const float* const* d, int r,
                double* const* taps, double* const* bias) {
@@ -49,16 +50,16 @@ void image_row(int oh, int ow, int pw, int b, const float* padded, const float* 
   for (int oy = 0; oy < oh; ++oy) {
     const float* row = padded + static_cast<std::size_t>(oy + r) * pw;
     const std::size_t line = static_cast<std::size_t>(oy) * ow * b;
-    __m256 bc[R];  // bc[s] = row[ox + s], broadcast
-    for (int s = 0; s + 1 < R; ++s) bc[s] = _mm256_broadcast_ss(row + s);
     for (int ox = 0; ox < ow; ++ox) {
-      bc[R - 1] = _mm256_broadcast_ss(row + ox + R - 1);
+      __m256 dv[NG];
       for (int j = 0; j < NG; ++j) {
-        const __m256 dv = _mm256_loadu_ps(d[j] + line + static_cast<std::size_t>(ox) * b);
-        if constexpr (BIAS) acc_b[j] = _mm256_add_ps(acc_b[j], dv);
-        for (int s = 0; s < R; ++s) acc[j][s] = _mm256_fmadd_ps(dv, bc[s], acc[j][s]);
+        dv[j] = _mm256_loadu_ps(d[j] + line + static_cast<std::size_t>(ox) * b);
+        if constexpr (BIAS) acc_b[j] = _mm256_add_ps(acc_b[j], dv[j]);
       }
-      for (int s = 0; s + 1 < R; ++s) bc[s] = bc[s + 1];
+      for (int s = 0; s < R; ++s) {
+        const __m256 xv = _mm256_broadcast_ss(row + ox + s);
+        for (int j = 0; j < NG; ++j) acc[j][s] = _mm256_fmadd_ps(dv[j], xv, acc[j][s]);
+      }
     }
   }
   for (int j = 0; j < NG; ++j) {
@@ -136,8 +137,9 @@ void check_image_conv(int block, const cpu::ConvGeom& g) {
 // One image's output for NG lane groups, T output pixels of a row at a time: NG x T accumulators
 // start at the bias, take every tap (r, s) as acc[j][t] += wt[j][r][s] * padded[oy + r][ox + t + s]
 // (one weight vector per group and one broadcast image value per pixel and tap), and are stored
-// once. With NG = 2 and T = 6: 12 independent FMA chains, 25 deep at R = 5 (T = 4 left the two
-// FMA units waiting on the chains: 0.74 ms against 0.63 at batch 100).
+// once. With NG = 2 and T = 5: 10 independent FMA chains, 25 deep at R = 5, in 13 of AVX2's 16
+// registers (T = 6 needs 15 and the x86-64-v3 build spilled: 1.03 ms at batch 100; T = 4 left the
+// FMA units waiting on the chains).
 template <int R, int NG, int T>
 void forward_tile(const ImageLayout& l, const float* padded, const float* const* wt,
                   const __m256* bias, float* const* y, int oy, int ox) {
@@ -164,7 +166,7 @@ void forward_tile(const ImageLayout& l, const float* padded, const float* const*
 template <int R, int NG>
 void forward_rows(const ImageLayout& l, const float* padded, const float* const* wt,
                   const float* const* bias, float* const* y) {
-  constexpr int kTile = 6;
+  constexpr int kTile = 5;
   __m256 bv[NG];
   for (int j = 0; j < NG; ++j) bv[j] = _mm256_loadu_ps(bias[j]);
   for (int oy = 0; oy < l.oh; ++oy) {
