@@ -40,6 +40,7 @@ double worst_of(const Got& got, const Want& want) {
 // the forward output.
 struct Differences {
   double grad, forward;
+  bool guards_intact;  // nothing written past the end of dw, db or y
 };
 Differences worst_difference(int block, const cpu::ConvGeom& g) {
   const std::size_t in = static_cast<std::size_t>(g.n) * g.h * g.w;
@@ -54,18 +55,24 @@ Differences worst_difference(int block, const cpu::ConvGeom& g) {
   cpu::conv2d_backward_filter<double>(g, xd.data(), dyd.data(), dw_ref.data(), db_ref.data(),
                                       work.data());
   cpu::conv2d_forward<double>(g, xd.data(), wd.data(), bd.data(), y_ref.data(), work.data());
-  std::vector<float> dyb(out), dw(wn, -7.f), db(g.k, -7.f), yb(out, -7.f), y(out);
+  constexpr std::size_t kGuard = 64;  // elements past each output, which must stay -7
+  std::vector<float> dyb(out), dw(wn + kGuard, -7.f), db(g.k + kGuard, -7.f);
+  std::vector<float> yb(out + kGuard, -7.f), y(out);
   blocked::from_cnhw(block, g.k, g.n, ohw, dy.data(), dyb.data());
   if constexpr (kAvx2Build) {
     blocked::image_filter_grad(block, g, x.data(), dyb.data(), dw.data(), db.data());
     blocked::image_conv_forward(block, g, x.data(), w.data(), b.data(), yb.data());
   }
+  const auto intact = [](const std::vector<float>& v, std::size_t n) {
+    return std::all_of(v.begin() + n, v.end(), [](float f) { return f == -7.f; });
+  };
+  const bool guards = intact(dw, wn) && intact(db, g.k) && intact(yb, out);
   blocked::to_cnhw(block, g.k, g.n, ohw, yb.data(), y.data());
-  std::vector<float> grad(dw);
-  grad.insert(grad.end(), db.begin(), db.end());
+  std::vector<float> grad(dw.begin(), dw.begin() + wn);
+  grad.insert(grad.end(), db.begin(), db.begin() + g.k);
   std::vector<double> grad_ref(dw_ref);
   grad_ref.insert(grad_ref.end(), db_ref.begin(), db_ref.end());
-  return {worst_of(grad, grad_ref), worst_of(y, y_ref)};
+  return {worst_of(grad, grad_ref), worst_of(y, y_ref), guards};
 }
 
 class ImageConv : public ::testing::TestWithParam<std::tuple<int, cpu::ConvGeom>> {};
@@ -81,6 +88,7 @@ TEST_P(ImageConv, MatchesTheReferenceInDouble) {
     const Differences d = worst_difference(block, g);
     EXPECT_LT(d.grad, 3e-5);
     EXPECT_LT(d.forward, 1e-5);
+    EXPECT_TRUE(d.guards_intact);
   }
 }
 
@@ -92,6 +100,7 @@ TEST(ImageConv, AnOddNumberOfLaneGroups) {
     const Differences d = worst_difference(8, cpu::ConvGeom{2, 1, 12, 10, 24, 5, 2});
     EXPECT_LT(d.grad, 3e-5);
     EXPECT_LT(d.forward, 1e-5);
+    EXPECT_TRUE(d.guards_intact);
   }
 }
 
@@ -103,8 +112,10 @@ INSTANTIATE_TEST_SUITE_P(
                                          cpu::ConvGeom{2, 1, 6, 5, 16, 1, 0},
                                          cpu::ConvGeom{2, 1, 8, 9, 16, 4, 0},
                                          cpu::ConvGeom{2, 1, 7, 6, 16, 2, 1},
-                                         cpu::ConvGeom{1, 1, 9, 11, 16, 6, 2},
-                                         cpu::ConvGeom{1, 1, 10, 8, 16, 7, 3})));
+                                         cpu::ConvGeom{2, 1, 9, 11, 16, 6, 2},
+                                         cpu::ConvGeom{2, 1, 10, 8, 16, 7, 3},
+                                         cpu::ConvGeom{2, 1, 4, 3, 16, 3, 1},     // rows < 5
+                                         cpu::ConvGeom{2, 1, 5, 4, 16, 3, 3})));  // pad > R
 
 TEST(ImageConv, RefusesWhatItCannotCompute) {
   if constexpr (!kAvx2Build) {

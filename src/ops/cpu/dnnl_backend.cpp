@@ -258,7 +258,7 @@ class DnnlOps final : public HostOps {
 DnnlLayout dnnl_layout() try {
   const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
   // oneDNN's implementations of the model's two convolutions (model.cpp's geometries) at a block,
-  // and whether ours computes the image's filter gradient there.
+  // and which of layer1's passes ours compute there instead.
   bool own_forward = false, own_filter_grad = false;
   const auto impls = [&](int block) {
     std::vector<std::string> names;

@@ -36,9 +36,10 @@ void add_to(double* t, __m256 v) {
 // with NG = 2, ten independent FMA chains at R = 5), added to taps[j][r][s][lane] (and, with
 // BIAS, the plain sum of dy to bias[j][lane]). padded: the image with `pad` zeros around, pw wide;
 // d[j]: group j's first output gradient, stride b per pixel. Each image value is broadcast once
-// per pixel and serves both groups. (Sliding the R broadcasts through registers needs R more of
-// them: past the 16 of AVX2, so the x86-64-v3 build spilled: 0.79 ms against 0.61 ms built with
-// AVX-512's 32 registers.)
+// per pixel and serves both groups: 13 registers at R = 5, 15 on the bias pass (R = 6, 7 spill a
+// little; the model's is 5). (Sliding the R broadcasts through registers needs R more of them:
+// past AVX2's 16, so the x86-64-v3 build spilled: 0.79 ms against 0.61 ms built with AVX-512's
+// 32 registers.)
 template <int R, int NG, bool BIAS>
 void image_row(int oh, int ow, int pw, int b, const float* padded, const float* const* d, int r,
                double* const* taps, double* const* bias) {
