@@ -195,6 +195,8 @@ void conv_forward(int block, const cpu::ConvGeom& g, const float* x, const float
   std::vector<float> padded(static_cast<std::size_t>(l.ph) * l.pw, 0.f);
   for (int n = 0; n < g.n; ++n) {
     pad_image(g, l, x, n, padded.data());
+    // Lane groups two at a time, an odd last one alone. Written out, not folded into a generic
+    // lambda over NG: that version measured 0.95 ms against 0.70-0.75 (x86-64-v3 build).
     int lg = 0;
     for (; lg + 1 < l.lane_groups; lg += 2) {
       const float* wts[2] = {group_wt(lg), group_wt(lg + 1)};
