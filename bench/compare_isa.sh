@@ -6,7 +6,8 @@
 # measures the path an AVX2-only node runs. Builds what it needs (the AVX2 tree CPU-only), then:
 #   1. per-op times of bench/ops_bench.cpp (oneDNN's convolutions, the fused BN->ReLU->pool at
 #      the blocked layout's block: 16 native, 8 AVX2, the whole forward+backward), each path twice
-#      in ABBA order, the faster of its two, and the AVX2 path's speed as a % of the native's;
+#      in ABBA order, 3 repetitions each, the fastest of the six (a shared machine's neighbours
+#      only ever slow a run down), and the AVX2 path's speed as a % of the native's;
 #   2. each path's SGEMM rate (the GEMM-rate reference: 16.4 MFLOP per image over RANKS x the
 #      single-core SGEMM rate of that instruction set) and whole-step training images/s, RANKS
 #      ranks x EPOCHS epochs, ROUNDS runs each interleaved ABBA, the medians;
@@ -38,26 +39,32 @@ train_bin() { [[ $1 == native ]] && echo ./mnist_ddp || echo "build/$V3/mnist_dd
 
 # 1. Per op (ms per call; Google Benchmark's mean over its own repetitions).
 FILTER='BM_(OneDnnConv|BnReluPool/(forward|backward)/1/|ModelStep/0|Sgemm/1024)'
+# Both paths on the same core, the first this script may use: on a shared machine one core can be
+# slower than another (a busy neighbour on its other hardware thread: layer2's filter gradient
+# measured 4.7 ms on one core and 6.1 on the other of this project's VM, both paths alike).
+CORE=$(taskset -pc $$ | sed 's/.*: *//; s/[,-].*//')
 k=0
 for path in native avx2 avx2 native; do
   k=$((k + 1))
-  "$path" "$(bench_bin "$path")" --benchmark_filter="$FILTER" --benchmark_min_time=0.2 \
-    --benchmark_format=json >"$OUT/ops-$path-$k.json" 2>/dev/null
+  "$path" taskset -c "$CORE" "$(bench_bin "$path")" --benchmark_filter="$FILTER" --benchmark_min_time=0.2 \
+    --benchmark_repetitions=3 --benchmark_format=json >"$OUT/ops-$path-$k.json" 2>/dev/null
 done
-python3 - "$OUT" <<'PY'
+python3 - "$OUT" "$CORE" <<'PY'
 import json, sys, glob
 out = sys.argv[1]
 def best(path):
     t, gf = {}, {}
     for f in glob.glob(f"{out}/ops-{path}-*.json"):
         for b in json.load(open(f))["benchmarks"]:
+            if b.get("run_type") != "iteration":  # the repetitions' mean, median, stddev
+                continue
             ms = b["real_time"] * {"ns": 1e-6, "us": 1e-3, "ms": 1.0}[b["time_unit"]]
             t[b["name"]] = min(t.get(b["name"], ms), ms)
             if "GFLOP/s" in b:
                 gf[b["name"]] = max(gf.get(b["name"], 0), b["GFLOP/s"] / 1e9)
     return t, gf
 (tn, gn), (ta, ga) = best("native"), best("avx2")
-print(f"{'op (batch 100, 1 thread)':46} {'native ms':>10} {'AVX2 ms':>10} {'AVX2 speed':>11}")
+print(f"{'op (batch 100, 1 thread on core ' + sys.argv[2] + ')':46} {'native ms':>10} {'AVX2 ms':>10} {'AVX2 speed':>11}")
 for name in sorted(tn):
     if name.startswith("BM_Sgemm"):
         continue

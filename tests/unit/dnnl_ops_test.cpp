@@ -14,21 +14,17 @@
 
 #include "../common/compare.hpp"
 #include "mnist_ddp/model/model.hpp"
-#include "mnist_ddp/model/rng.hpp"
 #include "mnist_ddp/ops/ops.hpp"
 #include "ops/cpu/blocked_loops.hpp"
 #include "ops/cpu/blocked_ops.hpp"
 #include "ops/cpu/cpu_kernels.hpp"
 
+#include "test_util.hpp"
+
 namespace mnist_ddp {
 namespace {
 
-std::vector<float> rnd(std::size_t n, std::uint64_t seed, float lo = -1, float hi = 1) {
-  SplitMix64 r(seed);
-  std::vector<float> v(n);
-  for (auto& x : v) x = r.uniform(lo, hi);
-  return v;
-}
+using testing::uniform_floats;
 
 // Max |a-b| / max(1, |b|) over the elements.
 double max_rel(const std::vector<float>& a, const std::vector<float>& b) {
@@ -60,7 +56,7 @@ class Blocked : public ::testing::TestWithParam<int> {};
 
 TEST_P(Blocked, LayoutConversionsRoundTrip) {
   const int block = GetParam(), c = 32, n = 3, hw = 5;
-  const auto x = rnd(c * n * hw, 1);
+  const auto x = uniform_floats(c * n * hw, 1);
   const auto b = to_blocked(block, c, n, hw, x);
   EXPECT_EQ(to_ref(block, c, n, hw, b), x);
   // Channel `block` of image 0, pixel 0 opens the second block: element hw * block.
@@ -95,9 +91,10 @@ class BlockedBn : public ::testing::TestWithParam<std::tuple<int, bool>> {};
 TEST_P(BlockedBn, StatsFusedForwardAndBackwardMatchReference) {
   const auto [block, batch_stats] = GetParam();
   const int c = 32, n = 5, h = 6, w = 8, hw = h * w;
-  auto x = rnd(static_cast<std::size_t>(c) * n * hw, 1, -2, 2);
+  auto x = uniform_floats(static_cast<std::size_t>(c) * n * hw, 1, -2, 2);
   for (int i = 0; i < 10; ++i) x[i] = 0.5f;  // exact ties, as on constant image background
-  const auto gamma = rnd(c, 2, -1.5f, 1.5f), beta = rnd(c, 3), dy = rnd(x.size() / 4, 4);
+  const auto gamma = uniform_floats(c, 2, -1.5f, 1.5f), beta = uniform_floats(c, 3),
+             dy = uniform_floats(x.size() / 4, 4);
   std::vector<float> m1(c), i1(c), rm1(c, 0.2f), rv1(c, 1.1f), m2(c), i2(c), rm2 = rm1, rv2 = rv1;
   if (batch_stats) {
     cpu::batchnorm_stats(c, static_cast<std::size_t>(n) * hw, x.data(), 1e-5, 0.1, m1.data(),
@@ -143,9 +140,10 @@ INSTANTIATE_TEST_SUITE_P(BlocksTrainAndFrozen, BlockedBn,
 TEST(BlockedBnBits, BlockEightEqualsBlockSixteenBitForBit) {
   const int c16 = 32, c8 = 24, n = 3, h = 28, w = 28, hw = h * w;
   const std::size_t per_c = static_cast<std::size_t>(n) * hw;
-  auto x = rnd(c16 * per_c, 11, -2, 2);
+  auto x = uniform_floats(c16 * per_c, 11, -2, 2);
   for (int i = 0; i < 40; ++i) x[i] = 0.25f;  // exact ties
-  const auto gamma = rnd(c16, 12, -1.5f, 1.5f), beta = rnd(c16, 13), dy = rnd(x.size() / 4, 14);
+  const auto gamma = uniform_floats(c16, 12, -1.5f, 1.5f), beta = uniform_floats(c16, 13),
+             dy = uniform_floats(x.size() / 4, 14);
   struct Out {
     std::vector<float> mean, invstd, rm, rv, y, dx, dg, db;
     std::vector<float> arg;
@@ -207,7 +205,7 @@ TEST_P(BlockedLoops, Avx2LoopsEqualGenericOnesBitForBit) {
   } else {
     const int block = GetParam(), c = block == 8 ? 24 : 32, n = 3, h = 28, w = 28, hw = h * w;
     const std::size_t size = static_cast<std::size_t>(c) * n * hw;
-    auto x = rnd(size, 21, -2, 2);
+    auto x = uniform_floats(size, 21, -2, 2);
     // Ties in image 0's first block, every lane: windows (0, 0..3) hold a four-way tie, a tie of
     // the bottom pair above the top one, equal pair maxima, and b == d above a and c.
     const float ties[4][4] = {{0.25f, 0.25f, 0.25f, 0.25f},
@@ -220,8 +218,10 @@ TEST_P(BlockedLoops, Avx2LoopsEqualGenericOnesBitForBit) {
         for (int l = 0; l < block; ++l) x[px + l] = ties[win][p];
       }
     }
-    const auto scale = rnd(c, 22, -1.5f, 1.5f), shift = rnd(c, 23), dy = rnd(size / 4, 24);
-    const auto mean = rnd(c, 25), kk = rnd(c, 26), c0 = rnd(c, 27), c1 = rnd(c, 28);
+    const auto scale = uniform_floats(c, 22, -1.5f, 1.5f), shift = uniform_floats(c, 23),
+               dy = uniform_floats(size / 4, 24);
+    const auto mean = uniform_floats(c, 25), kk = uniform_floats(c, 26), c0 = uniform_floats(c, 27),
+               c1 = uniform_floats(c, 28);
     const blocked::PixelLoops& gen = blocked::generic_loops(block);
     const blocked::PixelLoops& simd = blocked::avx2_loops(block);
     std::vector<double> s_a(c), ss_a(c), s_b(c), ss_b(c);
@@ -261,10 +261,10 @@ TEST_P(DnnlConv, MatchesReferenceForwardAndBackward) {
   auto ref = make_cpu_ops();
   auto dnnl = make_dnnl_ops(block);
   const int ihw = g.h * g.w, ohw = g.out_h() * g.out_w();
-  const auto x = rnd(static_cast<std::size_t>(g.c) * g.n * ihw, 1);
-  const auto w = rnd(static_cast<std::size_t>(g.k) * g.c * g.r * g.r, 2);
-  const auto b = rnd(g.k, 3);
-  const auto dy = rnd(static_cast<std::size_t>(g.k) * g.n * ohw, 4);
+  const auto x = uniform_floats(static_cast<std::size_t>(g.c) * g.n * ihw, 1);
+  const auto w = uniform_floats(static_cast<std::size_t>(g.k) * g.c * g.r * g.r, 2);
+  const auto b = uniform_floats(g.k, 3);
+  const auto dy = uniform_floats(static_cast<std::size_t>(g.k) * g.n * ohw, 4);
   // Inputs in each backend's layout (C = 1 is the same in both).
   const auto xb = g.c == 1 ? x : to_blocked(block, g.c, g.n, ihw, x);
   const auto dyb = to_blocked(block, g.k, g.n, ohw, dy);
@@ -299,7 +299,7 @@ TEST_P(DnnlModel, TrainingStepMatchesReferenceBackend) {
   ConvNet a(*ref, n), b(*dnnl, n);
   a.init(21);
   b.init(21);
-  const auto x = rnd(static_cast<std::size_t>(n) * 784, 5, -1, 2);
+  const auto x = uniform_floats(static_cast<std::size_t>(n) * 784, 5, -1, 2);
   const std::vector<std::int32_t> y = {0, 1, 2, 3, 4, 5, 6, 7};
   std::vector<float> d1(n * 10), d2(n * 10);
   for (Mode mode : {Mode::Train, Mode::Frozen, Mode::Eval}) {

@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include "mnist_ddp/model/rng.hpp"
 #include "mnist_ddp/runtime/check.hpp"
 
 namespace mnist_ddp::testing {
@@ -26,6 +27,13 @@ Config parse_flags(std::vector<std::string> args) {
   Config c;
   EXPECT_EQ(parse_cli(static_cast<int>(argv.size()), argv.data(), c, false), ParseOutcome::Run);
   return c;
+}
+
+std::vector<float> uniform_floats(std::size_t n, std::uint64_t seed, float lo, float hi) {
+  SplitMix64 r(seed);
+  std::vector<float> v(n);
+  for (auto& x : v) x = r.uniform(lo, hi);
+  return v;
 }
 
 }  // namespace mnist_ddp::testing

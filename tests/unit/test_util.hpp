@@ -1,6 +1,8 @@
 // test_util.hpp — helpers shared by the unit tests.
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
@@ -16,5 +18,8 @@ void expect_user_error(const std::function<void()>& fn, const std::string& file,
 // The configuration these flags parse to (argv[0] added); a parse that does not return Run fails
 // the test.
 Config parse_flags(std::vector<std::string> args);
+
+// n floats uniform in [lo, hi) from SplitMix64(seed): the same numbers on every machine.
+std::vector<float> uniform_floats(std::size_t n, std::uint64_t seed, float lo = -1, float hi = 1);
 
 }  // namespace mnist_ddp::testing

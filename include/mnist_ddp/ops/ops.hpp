@@ -147,9 +147,10 @@ std::unique_ptr<Ops> make_dnnl_ops(int block = 0);
 // What the oneDNN backend runs on this CPU: the channel block oneDNN has JIT kernels for, for
 // every convolution of the model (16 with AVX-512, 8 with AVX2), the implementations of the
 // oneDNN primitives it runs ("jit:avx2", ...; distinct names, comma-separated), and which passes
-// this project's own kernels take over at that block (`own`: "layer1 forward and filter gradient:
-// mnist_ddp avx2" at block 8); where no block has JIT kernels, block 16 and names that include
-// oneDNN's reference "ref:any" (--cpu-kernels reference is faster then). Probed at batch 64.
+// this project's own kernels take over at that block (`own`: "layer1 forward and filter gradient,
+// layer2 filter gradient: mnist_ddp avx2" at block 8 and one thread per rank; at more, layer2's is
+// oneDNN's); where no block has JIT kernels, block 16 and names that include oneDNN's reference
+// "ref:any" (--cpu-kernels reference is faster then). Probed at batch 64.
 struct DnnlLayout {
   int block = 16;
   std::string convolution;

@@ -6,6 +6,7 @@
 // its reference convolution, ~100x slower (measured: an AVX2-only EPYC given nChw16c). Measured
 // 2.5x faster convolutions than im2col + OpenBLAS at this model's shapes (bench/ops_bench:
 // BM_ModelStep/onednn vs /reference).
+#include <omp.h>
 #include <dnnl.hpp>
 
 #include <fmt/format.h>
@@ -21,6 +22,7 @@
 #include "mnist_ddp/ops/ops.hpp"
 #include "mnist_ddp/runtime/check.hpp"
 #include "ops/cpu/blocked_ops.hpp"
+#include "ops/cpu/channel_conv.hpp"
 #include "ops/cpu/cpu_kernels.hpp"
 #include "ops/cpu/host_ops.hpp"
 #include "ops/cpu/image_conv.hpp"
@@ -41,6 +43,12 @@ bool is_reference(const std::string& impl) {
   return impl.starts_with("ref");
 }
 
+// Whether this rank computes on one thread (--threads 1, set_compute_threads): where our
+// single-threaded kernels may stand in for oneDNN's multi-threaded ones.
+bool one_thread() {
+  return omp_get_max_threads() == 1;
+}
+
 // Primitives and weight buffers for one convolution geometry (batch size included), built once.
 struct ConvPrims {
   memory src, dst, bias, w_plain, w_fwd, w_bwd, dw_blocked, dsrc, ddst, dbias, dw_plain;
@@ -51,8 +59,10 @@ struct ConvPrims {
   dnnl::reorder w_to_fwd, w_to_bwd, dw_to_plain, src_to_bw, ddst_to_bw;
   bool fwd_needs_reorder = false, bwd_needs_reorder = false, dw_needs_reorder = false;
   bool src_bw_needs_reorder = false, ddst_bw_needs_reorder = false, has_bwd_data = false;
-  // The image's convolution by image_conv.cpp instead of oneDNN (see build_prims).
-  bool own_forward = false, own_filter_grad = false;
+  // Passes ours compute instead of oneDNN (see build_prims): the image's forward and filter
+  // gradient (image_conv.cpp); a blocked input's filter gradient (channel_conv.cpp), where the
+  // rank computes on one thread (one_thread()).
+  bool own_forward = false, own_filter_grad = false, own_channel_grad = false;
   std::vector<std::string> impls;  // oneDNN's implementation of each convolution primitive it runs
 };
 
@@ -111,12 +121,15 @@ std::unique_ptr<ConvPrims> build_prims(const dnnl::engine& engine, const ConvGeo
   const auto bw_pd = backward_weights_pd(engine, fwd_pd, src_md, w_any, b_md, dst_md, strides, pad);
   // Where oneDNN would copy the image's output gradient into another layout for its filter
   // gradient (AVX2: no kernel for the one-channel image on nChw8c), ours reads it as it is; and
-  // at block 8 ours runs the image's forward too (see image_conv.hpp; at block 16 oneDNN's
-  // AVX-512 kernels stay).
+  // at block 8 ours runs the image's forward too (see image_conv.hpp), and the filter gradient of
+  // a blocked input on one thread (channel_conv.hpp: oneDNN's AVX2 kernel is slow there; ours is
+  // single-threaded). At block 16 oneDNN's AVX-512 kernels stay.
   p->own_filter_grad = kAvx2Build && g.c == 1 && bw_pd.diff_dst_desc() != dst_md;
   p->own_forward = kAvx2Build && g.c == 1 && block == 8;
+  p->own_channel_grad = kAvx2Build && g.c != 1 && block == 8;
   if (!p->own_forward) p->impls.push_back(fwd_pd.impl_info_str());
-  if (!p->own_filter_grad) p->impls.push_back(bw_pd.impl_info_str());
+  if (!p->own_filter_grad && !(p->own_channel_grad && one_thread()))
+    p->impls.push_back(bw_pd.impl_info_str());
   p->fwd = dnnl::convolution_forward(fwd_pd);
   p->bwd_weights = dnnl::convolution_backward_weights(bw_pd);
   p->src = memory(src_md, engine, nullptr);
@@ -182,6 +195,7 @@ class DnnlOps final : public HostOps {
     ConvPrims& p = prims(g);
     if constexpr (kAvx2Build) {
       if (p.own_filter_grad) return blocked::image_filter_grad(block_, g, x, dy, dw, db);
+      if (p.own_channel_grad && one_thread()) return blocked::channel_filter_grad(g, x, dy, dw, db);
     }
     p.src.set_data_handle(const_cast<float*>(x));
     if (p.src_bw_needs_reorder) p.src_to_bw.execute(stream_, p.src, p.src_bw);
@@ -258,16 +272,22 @@ class DnnlOps final : public HostOps {
 DnnlLayout dnnl_layout() try {
   const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
   // oneDNN's implementations of the model's two convolutions (model.cpp's geometries) at a block,
-  // and which of layer1's passes ours compute there instead.
-  bool own_forward = false, own_filter_grad = false;
+  // and which of their passes ours compute there instead.
+  std::vector<std::string> own;
   const auto impls = [&](int block) {
     std::vector<std::string> names;
-    own_forward = own_filter_grad = false;
+    own.clear();
+    int layer = 0;
     for (const ConvGeom& g :
          {ConvGeom{64, 1, 28, 28, 16, 5, 2}, ConvGeom{64, 16, 14, 14, 32, 5, 2}}) {
       const auto prims = build_prims(engine, g, block);
-      own_forward = own_forward || prims->own_forward;
-      own_filter_grad = own_filter_grad || prims->own_filter_grad;
+      const bool grad = prims->own_filter_grad || (prims->own_channel_grad && one_thread());
+      const char* passes = prims->own_forward && grad ? "forward and filter gradient"
+                           : grad                     ? "filter gradient"
+                           : prims->own_forward       ? "forward"
+                                                      : nullptr;
+      ++layer;
+      if (passes != nullptr) own.push_back(fmt::format("layer{} {}", layer, passes));
       for (const std::string& name : prims->impls)
         if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
     }
@@ -282,12 +302,8 @@ DnnlLayout dnnl_layout() try {
     if (std::none_of(names.begin(), names.end(), is_reference)) break;
   }
   if (std::any_of(names.begin(), names.end(), is_reference)) names = impls(chosen = 16);
-  const char* own = own_forward && own_filter_grad ? "layer1 forward and filter gradient"
-                    : own_filter_grad              ? "layer1 filter gradient"
-                    : own_forward                  ? "layer1 forward"
-                                                   : nullptr;
   return {chosen, fmt::format("{}", fmt::join(names, ", ")),
-          own == nullptr ? "" : fmt::format("{}: mnist_ddp avx2", own)};
+          own.empty() ? "" : fmt::format("{}: mnist_ddp avx2", fmt::join(own, ", "))};
 } catch (const dnnl::error& e) {
   // One clear error on every rank (the caller agrees on it), not an internal failure.
   throw UserError(

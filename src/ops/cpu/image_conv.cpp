@@ -17,12 +17,12 @@
 #include <vector>
 
 #include "mnist_ddp/runtime/check.hpp"
+#include "ops/cpu/conv_taps.hpp"
 
 namespace mnist_ddp::blocked {
 namespace {
 
-constexpr int kLanes = 8;    // output channels per __m256
-constexpr int kMaxTaps = 7;  // filter widths up to 7 (the model's is 5)
+constexpr int kLanes = 8;  // output channels per __m256
 
 // Adds the 8 float lanes of v to t[0..7] in double.
 void add_to(double* t, __m256 v) {
@@ -103,27 +103,6 @@ void pad_image(const cpu::ConvGeom& g, const ImageLayout& l, const float* x, int
   for (int y = 0; y < g.h; ++y) {
     std::copy_n(x + (static_cast<std::size_t>(n) * g.h + y) * g.w, g.w,
                 padded + static_cast<std::size_t>(y + g.pad) * l.pw + g.pad);
-  }
-}
-
-// Calls f.template operator()<R>() with the filter width (1..7, checked) as a constant.
-template <typename F>
-void with_taps(int r, F&& f) {
-  switch (r) {
-    case 1:
-      return f.template operator()<1>();
-    case 2:
-      return f.template operator()<2>();
-    case 3:
-      return f.template operator()<3>();
-    case 4:
-      return f.template operator()<4>();
-    case 5:
-      return f.template operator()<5>();
-    case 6:
-      return f.template operator()<6>();
-    default:
-      return f.template operator()<7>();
   }
 }
 
