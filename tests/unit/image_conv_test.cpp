@@ -3,7 +3,6 @@
 // ones computed in double, at both channel blocks, filter widths 1-7, several paddings, odd image
 // sizes and an odd number of lane groups; the refusals; and where the oneDNN backend runs them.
 #include <gtest/gtest.h>
-#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
@@ -141,10 +140,10 @@ TEST(ImageConv, RefusesWhatItCannotCompute) {
 // AVX-512 kernels at block 16. The start-up line names ours where they run.
 TEST(ImageConv, TheBackendNamesItWhereItRuns) {
   // At one thread per rank (the default of a run), where layer2's filter gradient is ours too.
-  const int before = omp_get_max_threads();
-  set_compute_threads(1);
-  const DnnlLayout l = dnnl_layout();
-  set_compute_threads(before);
+  const DnnlLayout l = [] {
+    const testing::ComputeThreads scope(1);
+    return dnnl_layout();
+  }();
   if (!kAvx2Build) {
     EXPECT_EQ(l.own, "");
   } else if (l.block == 16) {

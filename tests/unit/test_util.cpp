@@ -2,8 +2,10 @@
 #include "test_util.hpp"
 
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include "mnist_ddp/model/rng.hpp"
+#include "mnist_ddp/ops/ops.hpp"
 #include "mnist_ddp/runtime/check.hpp"
 
 namespace mnist_ddp::testing {
@@ -34,6 +36,14 @@ std::vector<float> uniform_floats(std::size_t n, std::uint64_t seed, float lo, f
   std::vector<float> v(n);
   for (auto& x : v) x = r.uniform(lo, hi);
   return v;
+}
+
+ComputeThreads::ComputeThreads(int threads) : before_(omp_get_max_threads()) {
+  set_compute_threads(threads);
+}
+
+ComputeThreads::~ComputeThreads() {
+  set_compute_threads(before_);
 }
 
 }  // namespace mnist_ddp::testing

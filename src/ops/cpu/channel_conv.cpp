@@ -173,9 +173,9 @@ void filter_grad(const cpu::ConvGeom& g, const float* x, const float* dy, float*
   std::vector<float> padded(static_cast<std::size_t>(l.ph) * l.pw * kLanes, 0.f);
   // Images a chunk at a time, every unit over the chunk before the next: the chunk's input and
   // output gradient (8 images: 300 KB at layer2) are read from memory once and stay in L2 while
-  // the units pass over them. Unit after unit over all images instead read the input 2x and the
-  // output gradient 2x from beyond L2: 6.8 against 4.5 ms at batch 100 on a Zen 5 whose L3 a
-  // neighbour was using (the same on an idle one).
+  // the units pass over them. Unit after unit over all images instead read the input and the
+  // output gradient twice each from beyond L2: 4.77 against 4.66 ms at batch 100 on an idle Zen 5
+  // core, 6.51 against 6.14 on one whose neighbour was busy.
   constexpr int kChunk = 8;
   for (int n0 = 0; n0 < g.n; n0 += kChunk) {
     const int n1 = std::min(g.n, n0 + kChunk);

@@ -1,8 +1,8 @@
 // channel_conv.hpp — the filter and bias gradient of a convolution whose input is
 // channel-blocked at block 8 (layer2 on the AVX2 path: nChw8c in, nChw8c output gradient), in
 // AVX2+FMA intrinsics. Why: oneDNN's AVX2 backward-weights kernel for it ran at 76% of the
-// AVX2 SGEMM rate (5.4 ms at batch 100 on Zen 5, where its forward and backward-data ran at
-// 95-100%); this one skips the zero border's terms and takes 4.4 ms. The oneDNN backend
+// AVX2 SGEMM rate (5.7 ms at batch 100 on a Zen 5 core, where its forward and backward-data ran
+// at 95-100%); this one skips the zero border's terms and takes 4.7 ms. The oneDNN backend
 // (dnnl_backend.cpp) runs it at block 8 where a rank computes on one thread (--threads 1, the
 // default); with more, oneDNN's multi-threaded kernel; at block 16 oneDNN's AVX-512 kernel.
 #pragma once

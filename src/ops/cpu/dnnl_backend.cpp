@@ -23,6 +23,7 @@
 #include "mnist_ddp/runtime/check.hpp"
 #include "ops/cpu/blocked_ops.hpp"
 #include "ops/cpu/channel_conv.hpp"
+#include "ops/cpu/conv_taps.hpp"
 #include "ops/cpu/cpu_kernels.hpp"
 #include "ops/cpu/host_ops.hpp"
 #include "ops/cpu/image_conv.hpp"
@@ -124,9 +125,10 @@ std::unique_ptr<ConvPrims> build_prims(const dnnl::engine& engine, const ConvGeo
   // at block 8 ours runs the image's forward too (see image_conv.hpp), and the filter gradient of
   // a blocked input on one thread (channel_conv.hpp: oneDNN's AVX2 kernel is slow there; ours is
   // single-threaded). At block 16 oneDNN's AVX-512 kernels stay.
-  p->own_filter_grad = kAvx2Build && g.c == 1 && bw_pd.diff_dst_desc() != dst_md;
-  p->own_forward = kAvx2Build && g.c == 1 && block == 8;
-  p->own_channel_grad = kAvx2Build && g.c != 1 && block == 8;
+  const bool ours = kAvx2Build && g.r <= blocked::kMaxTaps;  // the widths our kernels have
+  p->own_filter_grad = ours && g.c == 1 && bw_pd.diff_dst_desc() != dst_md;
+  p->own_forward = ours && g.c == 1 && block == 8;
+  p->own_channel_grad = ours && g.c != 1 && block == 8;
   if (!p->own_forward) p->impls.push_back(fwd_pd.impl_info_str());
   if (!p->own_filter_grad && !(p->own_channel_grad && one_thread()))
     p->impls.push_back(bw_pd.impl_info_str());
