@@ -23,7 +23,14 @@ gtest() {
   grep -E "^max " "$LOG/$name.log" | sed 's/^/   /'
   passed=$((passed + ok)); failed=$((failed + bad))
   if [[ $rc -ne 0 && $bad -eq 0 ]]; then
-    failed=$((failed + 1)); failures+=("$name exited $rc"); tail -30 "$LOG/$name.log"
+    # The MPI suite's ranks other than 0 print only their failures, each line tagged "[rank N]":
+    # the summary at the end names the tests that failed there.
+    local on_ranks
+    on_ranks=$(grep -E "^\[rank [0-9]+\] \[  FAILED  \] " "$LOG/$name.log" | sed 's/\[  FAILED  \] //' |
+      sort -u | head -8 | paste -sd, -)
+    failed=$((failed + 1)); failures+=("$name exited $rc${on_ranks:+ (failed on $on_ranks)}")
+    tail -30 "$LOG/$name.log"
+    grep -E "^\[rank [0-9]+\] " "$LOG/$name.log" | head -60
   fi
   ((bad > 0)) && failures+=("$name: $bad failed") && grep -B5 -A15 "Failure" "$LOG/$name.log" | head -60
   echo "   $ok passed, $bad failed in $((SECONDS - t0)) s"
