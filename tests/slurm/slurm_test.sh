@@ -307,36 +307,48 @@ else
 fi
 unset MNIST_DDP_RUNS
 
-# 10. Which node is slow: node2's ranks stopped 90 ms of every 110 (SIGSTOP/SIGCONT from outside,
-# no seam) while slurm/check_cluster.sh runs over the allocation and while a training job runs.
-# check_cluster must pass the healthy allocation (exit 0) and name node2 in the slowed one (exit 1
-# or 2); the training run's end-of-run table must put node2 first, SLOW.
-slow_node() {  # slow_node NODE [STOPPED_S]: in the background until stop_slow
-  (
-    pids="" cycles=0
-    while :; do
-      # The node's ranks, found anew while there are none, when one has ended (a new job step) and
-      # every 10th cycle (ranks that started after the search): a search forks a pgrep and two
-      # commands per rank, which on 2 shared cores watered each cycle's stop down when it ran every
-      # cycle (node2 scored 0.76 once, where the stop should hold it near 0.3).
-      if [[ -z $pids ]] || ! kill -0 $pids 2>/dev/null || ((++cycles % 10 == 0)); then
-        pids=""
-        for p in $(pgrep -x mnist_ddp); do
-          { tr '\0' '\n' <"/proc/$p/environ" | grep -qx "SLURMD_NODENAME=$1"; } 2>/dev/null && pids+=" $p"
-        done
-      fi
-      # Stopped 90 ms of every 110: on 2 shared cores a half duty cycle left node2 at a score of
-      # 0.71 (its stopped ranks hand their core time to node1's, which then wait for them), and 3/4
-      # at 0.39-0.52, too near the thresholds and the measured noise (seen on CI).
-      [[ -n $pids ]] && kill -STOP $pids 2>/dev/null
-      sleep "${2:-0.09}"
-      [[ -n $pids ]] && kill -CONT $pids 2>/dev/null
-      sleep 0.02
-    done
-  ) &
-  SLOW_PID=$!
+# 10. Which node is slow: node2 held to a quarter of one core (a CPU cgroup's CFS quota on its
+# slurmd, which every task it starts inherits: a throttled node, as a real one is) while
+# slurm/check_cluster.sh runs over the allocation and while a training job runs. check_cluster
+# must pass the healthy allocation (exit 0) and name node2 in the slowed one (exit 1 or 2); the
+# training run's end-of-run table must put node2 first, SLOW.
+# (Before the cgroup, a loop stopped and continued node2's ranks with SIGSTOP/SIGCONT, finding
+# them by their environment: on 2 shared cores its searches watered the stops down (node2 0.76
+# once, where 0.3 was meant), ranks it had not found yet ran at full speed, and node1's alone
+# rounds varied by up to 48% while it ran, which check_cluster rightly took for noise.)
+SLOW_CG=""
+slow_setup() {  # slow_setup NODE: NODE's slurmd into a CPU cgroup of its own, unthrottled for now
+  local pid v1=/sys/fs/cgroup/cpu v2=/sys/fs/cgroup
+  pid=$(<"$CL/slurmd-$1.pid")
+  if [[ -f $v1/cpu.cfs_quota_us ]] && mkdir -p "$v1/mnist_ddp_$1" 2>/dev/null &&
+     { echo "$pid" >"$v1/mnist_ddp_$1/cgroup.procs"; } 2>/dev/null; then
+    SLOW_CG="$v1/mnist_ddp_$1"
+    echo 10000 >"$SLOW_CG/cpu.cfs_period_us"
+  elif [[ -f $v2/cgroup.subtree_control ]] && { echo +cpu >"$v2/cgroup.subtree_control"; } 2>/dev/null &&
+       mkdir -p "$v2/mnist_ddp_$1" 2>/dev/null && { echo "$pid" >"$v2/mnist_ddp_$1/cgroup.procs"; } 2>/dev/null; then
+    SLOW_CG="$v2/mnist_ddp_$1"
+  fi
 }
-stop_slow() { kill "$SLOW_PID" 2>/dev/null; wait "$SLOW_PID" 2>/dev/null; pkill -CONT -x mnist_ddp; }
+# slow_node / stop_slow: 2.5 ms of CPU time every 10 ms for all of the node's processes together
+# (a shorter period than the default 100 ms, so a step of a few ms is slowed evenly).
+slow_node() {
+  if [[ -f $SLOW_CG/cpu.cfs_quota_us ]]; then echo 2500 >"$SLOW_CG/cpu.cfs_quota_us"; else echo "2500 10000" >"$SLOW_CG/cpu.max"; fi
+}
+stop_slow() {
+  if [[ -f $SLOW_CG/cpu.cfs_quota_us ]]; then echo -1 >"$SLOW_CG/cpu.cfs_quota_us"; else echo "max 10000" >"$SLOW_CG/cpu.max"; fi
+}
+slow_teardown() {  # after cluster_stop: what is left goes back to the parent, then the cgroup goes
+  [[ -n $SLOW_CG && -d $SLOW_CG ]] || return 0
+  local p
+  for p in $(cat "$SLOW_CG/cgroup.procs" 2>/dev/null); do echo "$p" >"$(dirname "$SLOW_CG")/cgroup.procs"; done 2>/dev/null
+  rmdir "$SLOW_CG" 2>/dev/null
+}
+trap 'cluster_stop; slow_teardown; rm -rf "$TMP" "$CL"' EXIT
+slow_setup node2
+if [[ -z $SLOW_CG ]]; then
+  echo "skip - which_node_is_slow (no writable CPU cgroup: neither cgroup v1's cpu controller nor v2's cpu.max)"
+  finish
+fi
 exit_of() { scontrol show job "$1" | grep -o ' ExitCode=[0-9]*' | cut -d= -f2; }
 # Both checks write to one --out folder: a rerun must not trip over the first one's checkpoints.
 CC=(--data "$SMALL" --steps 30 --rounds 2)
@@ -344,7 +356,7 @@ OUT="$TMP/cc_ok.out"
 id=$(sbatch --parsable -N2 --ntasks-per-node=4 -o "$OUT" slurm/check_cluster.sh "${CC[@]}" --out "$TMP/cc")
 STATE=$(job_wait "$id" 300) ok_exit=$(exit_of "$id")
 ok_table=$(cat "$OUT")
-slow_node node2
+slow_node
 OUT="$TMP/cc_slow.out"
 id=$(sbatch --parsable -N2 --ntasks-per-node=4 -o "$OUT" slurm/check_cluster.sh "${CC[@]}" --out "$TMP/cc")
 STATE=$(job_wait "$id" 300) slow_exit=$(exit_of "$id")
@@ -353,7 +365,7 @@ if [[ "$ok_exit" == 0 ]] && grep -q "^check_cluster: OK: 2 node(s) within the th
    [[ "$slow_exit" == 1 || "$slow_exit" == 2 ]] && grep -qE "^check_cluster: (WARN|CRITICAL): node2 \(JSON" "$OUT" &&
    grep -qE "^node2 .* (WARN|CRITICAL)$" "$OUT" && grep -qE "^node1 .* OK$" "$OUT" &&
    python3 -c "import json,sys; d=json.load(open(sys.argv[1])); sys.exit(0 if d['slow_nodes']==['node2'] else 1)" "$TMP/cc/check_cluster.json"; then
-  pass "check_cluster_passes_a_healthy_allocation_and_names_the_slowed_node (exit $ok_exit, then $slow_exit: $(grep -o 'noise: [^;]*' <<<"$ok_table"))"
+  pass "check_cluster_passes_a_healthy_allocation_and_names_the_slowed_node (exit $ok_exit, then $slow_exit: $(grep -o 'noise: [^;]*' <<<"$ok_table"); slowed: $(grep -E '^node2 ' "$OUT" | tr -s ' '))"
 else
   fail "check_cluster ok_exit=$ok_exit slow_exit=$slow_exit" "--- healthy" "$ok_table" "--- node2 slowed" "$(cat "$OUT")"
 fi
@@ -361,10 +373,9 @@ export MNIST_DDP_CKPT="$TMP/st" MNIST_DDP_LOGS="$TMP/st-log"
 OUT="$TMP/straggler_job.out"
 id=$(sbatch --parsable -o "$OUT" slurm/train_cpu_2x4.sh --data "$SMALL" --epochs 5 --max-steps 40 --straggler-every 5 --straggler-threshold 0.55 --log-every 5 --progress off)
 for ((i = 0; i < 600; i++)); do grep -q "^data: " "$OUT" 2>/dev/null && break; sleep 0.1; done
-# Threshold 0.55, node2 stopped 140 ms of every 160: on CI's 2 shared cores node1's own ranks
-# scored as low as 0.69 against each other (rank 0 also logs), and node2 0.52 over the whole run
-# when stopped 60 ms of every 80 (0.41-0.48 at 90 of 110) -- too close to a threshold to assert on.
-slow_node node2 0.14
+# Threshold 0.55: on CI's 2 shared cores node1's own ranks scored as low as 0.69 against each
+# other (rank 0 also logs); node2, held to a quarter of a core, scores ~0.13.
+slow_node
 STATE=$(job_wait "$id" 300)
 stop_slow
 unset MNIST_DDP_CKPT MNIST_DDP_LOGS
