@@ -349,6 +349,7 @@ if [[ -z $SLOW_CG ]]; then
   echo "skip - which_node_is_slow (no writable CPU cgroup: neither cgroup v1's cpu controller nor v2's cpu.max)"
   finish
 fi
+stop_slow  # unthrottled, even where an earlier run that was killed left its cgroup throttled
 exit_of() { scontrol show job "$1" | grep -o ' ExitCode=[0-9]*' | cut -d= -f2; }
 # Both checks write to one --out folder: a rerun must not trip over the first one's checkpoints.
 CC=(--data "$SMALL" --steps 30 --rounds 2)
