@@ -20,8 +20,7 @@ namespace {
 
 // On ranks other than 0, in place of GoogleTest's printer: each failed assertion and each failed
 // test, tagged "[rank N]" (a failure on rank 3 alone must say what failed, not only that the
-// suite did). Every line carries the tag; one fputs
-// per failure.
+// suite did). Every line carries the tag; one fputs per failure.
 class RankFailurePrinter : public ::testing::EmptyTestEventListener {
  public:
   explicit RankFailurePrinter(int rank) : tag_("[rank " + std::to_string(rank) + "] ") {}
