@@ -199,10 +199,13 @@ DataSplit load_data(Comm& control, const Config& cfg, const Identity& id, const 
                     Logger& log) {
   DataSplit data;
   run_agreed(control, [&] { data = load_data_dir(cfg.data_dir); });
-  std::string kernels = where.device == Device::Cuda
-                            ? (cfg.tf32 ? "cuDNN, TF32 kernels" : "cuDNN, FP32 kernels")
-                        : cfg.cpu_kernels == CpuKernels::OneDnn ? "oneDNN kernels"
-                                                                : "reference kernels";
+  std::string kernels =
+      where.device == Device::Cuda
+          // layer1 (one input channel): CudaOps' direct FP32 kernels unless --amp
+          ? (cfg.amp != AmpMode::Off ? "cuDNN 16-bit kernels"
+             : cfg.tf32              ? "direct FP32 layer1, cuDNN with TF32 allowed"
+                                     : "direct FP32 layer1, cuDNN FP32")
+          : cfg.cpu_kernels == CpuKernels::OneDnn ? "oneDNN kernels" : "reference kernels";
   DnnlLayout dnnl;
   if (where.device == Device::Cpu && cfg.cpu_kernels == CpuKernels::OneDnn) {
     // What oneDNN runs here (its JIT kernels want the CPU's vector width as the channel block).

@@ -86,11 +86,21 @@ class GpuOps : public ::testing::Test {
   std::vector<Tensor> tensors_;
 };
 
+// One input channel runs the direct kernels (direct_conv.cuh; at batch 100 their weight gradient
+// is split over 32 blocks per channel of 3-4 images), the others cuDNN. Beyond the model's shape
+// (padded width 32: float4 row segments): 3x3 on a non-square image whose rows end inside a 4-wide
+// run; 64 channels (8 blocks per channel of 5 images: two shared-memory loads, 4 + 1); and two
+// unpadded 3x3 shapes whose last run reads its row segment 3-4 floats into the next row, the next
+// image and the zero margin, with scalar loads (width 7) and float4 loads (width 8).
 TEST_F(GpuOps, ConvolutionsMatchCpu) {
-  for (const ConvGeom g : {ConvGeom{8, 1, 28, 28, 16, 5, 2}, ConvGeom{8, 16, 14, 14, 32, 5, 2}}) {
+  for (const ConvGeom g : {ConvGeom{8, 1, 28, 28, 16, 5, 2}, ConvGeom{100, 1, 28, 28, 16, 5, 2},
+                           ConvGeom{5, 1, 9, 7, 6, 3, 1}, ConvGeom{40, 1, 12, 10, 64, 5, 2},
+                           ConvGeom{9, 1, 7, 7, 64, 3, 0}, ConvGeom{9, 1, 6, 8, 64, 3, 0},
+                           ConvGeom{8, 16, 14, 14, 32, 5, 2}}) {
+    std::printf("conv n=%d c=%d %dx%d k=%d r=%d pad=%d\n", g.n, g.c, g.h, g.w, g.k, g.r, g.pad);
     const int ihw = g.h * g.w, ohw = g.out_h() * g.out_w();
     const auto x = rnd(static_cast<std::size_t>(g.c) * g.n * ihw, 1);  // CNHW for the reference
-    const auto w = rnd(static_cast<std::size_t>(g.k) * g.c * 25, 2), b = rnd(g.k, 3);
+    const auto w = rnd(static_cast<std::size_t>(g.k) * g.c * g.r * g.r, 2), b = rnd(g.k, 3);
     const auto dy = rnd(static_cast<std::size_t>(g.k) * g.n * ohw, 4);
     std::vector<float> y(dy.size()), dw(w.size()), db(g.k), dx(x.size());
     cpu_->conv2d_forward(g, x.data(), w.data(), b.data(), y.data());
@@ -106,6 +116,43 @@ TEST_F(GpuOps, ConvolutionsMatchCpu) {
     expect_close("conv forward", host(gy, y.size()), nchw(g.k, g.n, ohw, y), 1e-4, 1e-4);
     expect_close("conv backward filter", host(gdw, w.size()), dw, 1e-3, 1e-4);
     expect_close("conv backward bias", host(gdb, g.k), db, 1e-3, 1e-4);
+    // Deterministic: the same inputs give bitwise the same outputs (fixed reduction order).
+    float* gy2 = dev_zeros(y.size());
+    float* gdw2 = dev_zeros(w.size());
+    float* gdb2 = dev_zeros(g.k);
+    gpu_->conv2d_forward(g, gx, gw, dev(b), gy2);
+    gpu_->conv2d_backward_filter(g, gx, gdy, gdw2, gdb2);
+    EXPECT_EQ(host(gy2, y.size()), host(gy, y.size())) << "conv forward not bitwise repeatable";
+    EXPECT_EQ(host(gdw2, w.size()), host(gdw, w.size())) << "conv weight gradient not repeatable";
+    EXPECT_EQ(host(gdb2, g.k), host(gdb, g.k)) << "conv bias gradient not repeatable";
+    // The training forward's BN statistics of y right after the convolution (direct kernels: from
+    // the partial moments the convolution wrote; cuDNN: a pass over y), against the CPU's. The
+    // buffers first: an upload makes CudaOps forget the convolution's moments.
+    const std::vector<float> rm0(g.k, 0.1f), rv0(g.k, 1.2f);
+    std::vector<float> m(g.k), is(g.k), rm = rm0, rv = rv0;
+    float* gm = dev_zeros(g.k);
+    float* gis = dev_zeros(g.k);
+    float* grm = dev(rm);
+    float* grv = dev(rv);
+    float* gb = dev(b);
+    float* gy3 = dev_zeros(y.size());
+    cpu_->batchnorm_stats(g.k, g.n, ohw, y.data(), 1e-5, 0.1, m.data(), is.data(), rm.data(),
+                          rv.data());
+    gpu_->conv2d_forward(g, gx, gw, gb, gy3);
+    gpu_->batchnorm_stats(g.k, g.n, ohw, gy3, 1e-5, 0.1, gm, gis, grm, grv);
+    expect_close("bn mean of conv output", host(gm, g.k), m, 1e-5, 1e-5);
+    expect_close("bn invstd of conv output", host(gis, g.k), is, 1e-5, 1e-4);
+    expect_close("bn running mean of conv", host(grm, g.k), rm, 1e-5, 1e-5);
+    expect_close("bn running var of conv", host(grv, g.k), rv, 1e-5, 1e-4);
+    // Again from a pass over y (the uploads below make CudaOps forget the moments): the same
+    // statistics up to the summation order.
+    float* gm2 = dev_zeros(g.k);
+    float* gis2 = dev_zeros(g.k);
+    float* grm2 = dev(rm0);
+    float* grv2 = dev(rv0);
+    gpu_->batchnorm_stats(g.k, g.n, ohw, gy3, 1e-5, 0.1, gm2, gis2, grm2, grv2);
+    expect_close("bn mean, pass vs conv's", host(gm2, g.k), host(gm, g.k), 1e-6, 1e-6);
+    expect_close("bn invstd, pass vs conv's", host(gis2, g.k), host(gis, g.k), 1e-6, 1e-6);
     if (g.c > 1) {
       cpu_->conv2d_backward_data(g, w.data(), dy.data(), dx.data());
       float* gdx = dev_zeros(x.size());

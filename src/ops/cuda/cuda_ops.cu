@@ -1,10 +1,10 @@
 // cuda_ops.cu — CudaOps: the Ops interface on one GPU. cuDNN (v9 legacy API) for the
 // convolutions with the algorithm chosen once per shape (cudnnGet*Algorithm_v7) and one explicit,
-// growing workspace; cuBLAS for the fc layer; own kernels (kernels.cu, launched through
-// kernels.cuh) for BN statistics, the fused BN->ReLU->maxpool forward/backward, softmax
-// cross-entropy with top-1/top-5, SGD, and the batch gather/normalise from the device-resident
-// dataset. Activations are plain NCHW (so the flatten before fc is a copy). Semantics are the CPU
-// reference's (cpu_kernels.hpp).
+// growing workspace, except fp32 layer1 (one input channel: direct_conv.cuh's kernels); cuBLAS for
+// the fc layer; own kernels (kernels.cu, launched through kernels.cuh) for BN statistics, the fused
+// BN->ReLU->maxpool forward/backward, softmax cross-entropy with top-1/top-5, SGD, and the batch
+// gather/normalise from the device-resident dataset. Activations are plain NCHW (so the flatten
+// before fc is a copy). Semantics are the CPU reference's (cpu_kernels.hpp).
 //
 // Ordering: every op runs on one blocking stream (stream()), so a whole training step can be
 // captured into a CUDA graph (step_graph.hpp); the synchronous cudaMemcpy of upload/download/loss
@@ -25,6 +25,7 @@
 #include "mnist_ddp/ops/ops.hpp"
 #include "mnist_ddp/runtime/check.hpp"
 #include "ops/cuda/device_stamps.hpp"
+#include "ops/cuda/direct_conv.cuh"
 #include "ops/cuda/kernels.cuh"
 #include "runtime/cuda/cuda_check.hpp"
 
@@ -53,6 +54,26 @@ const Perf* pick_algorithm(const Perf* perf, int found, bool fma_only) {
   return nullptr;
 }
 
+// fp32 data: an algorithm measured faster than the heuristics' pick for this model's small
+// convolutions, taken when the heuristics list it as usable and deterministic; otherwise (and for
+// 16-bit data) pick_algorithm's choice. A fixed preference, not a timing at start-up, so every run
+// and every rank runs the same kernels (bitwise reproducible; resume and graphs-vs-eager stay
+// exact). Measured on an H100, batch 100 (bench/gpu_conv_algos.cu, bench/RESULTS.md): layer2
+// forward IMPLICIT_GEMM 36 us against the heuristics' IMPLICIT_PRECOMP_GEMM 82 us; weight
+// gradient FFT 45 us (42 MiB of workspace) against the heuristics' ALGO_1 54 us.
+template <typename Perf, typename Algo>
+const Perf* pick_preferred(const Perf* perf, int found, bool fma_only, bool fp32, Algo preferred) {
+  if (fp32) {
+    for (int i = 0; i < found; ++i) {
+      if (perf[i].algo == preferred && perf[i].status == CUDNN_STATUS_SUCCESS &&
+          perf[i].determinism == CUDNN_DETERMINISTIC &&
+          (!fma_only || perf[i].mathType == CUDNN_FMA_MATH))
+        return &perf[i];
+    }
+  }
+  return pick_algorithm(perf, found, fma_only);
+}
+
 // One convolution shape in one precision. x/y/w describe the data cuDNN reads and writes (fp32,
 // or the 16-bit copies under --amp); yf is the fp32 output the bias is added to and taken from.
 struct ConvPlan {
@@ -71,6 +92,11 @@ struct ConvPlan {
   bool half = false;
   std::size_t x_elems = 0, y_elems = 0, w_elems = 0;
   void *hx = nullptr, *hdx = nullptr, *hy = nullptr, *hdy = nullptr, *hw = nullptr, *hdw = nullptr;
+  // fp32 layer1 (one input channel): forward and weight gradient by the direct kernels
+  // (direct_conv.cuh) instead of cuDNN; wgrad_partials is their split reduction's scratch.
+  bool direct = false;
+  float* wgrad_partials = nullptr;
+  double* fwd_moments = nullptr;  // [2 * K * N]: the forward's BN partial moments of y
   ~ConvPlan() {
     if (x) cudnnDestroyTensorDescriptor(x);
     if (y) cudnnDestroyTensorDescriptor(y);
@@ -81,6 +107,8 @@ struct ConvPlan {
       if (d) cudnnDestroyConvolutionDescriptor(d);
     for (void* p : {hx, hdx, hy, hdy, hw, hdw})
       if (p) cudaFree(p);
+    if (wgrad_partials) cudaFree(wgrad_partials);
+    if (fwd_moments) cudaFree(fwd_moments);
   }
 };
 
@@ -147,6 +175,13 @@ class CudaOps final : public Ops {
   void conv2d_forward(const ConvGeom& g, const float* x, const float* w, const float* b,
                       float* y) override {
     ConvPlan& p = plan(g);
+    if (p.direct) {  // the bias is added in the kernel, and y's BN partial moments computed
+      launch_direct_conv_fwd(stream_, g.n, g.k, g.h, g.w, g.r, g.pad, x, w, b, y, p.fwd_moments);
+      CUDA_CHECK(cudaGetLastError());
+      fused_ = FusedMoments{y, p.fwd_moments, g.k, g.n, g.out_h() * g.out_w()};
+      return;
+    }
+    fused_ = {};
     const float one = 1.f, zero = 0.f;
     if (p.half) {
       // Autocast: 16-bit input and weights, fp32 accumulation, the output rounded to 16 bits.
@@ -164,6 +199,12 @@ class CudaOps final : public Ops {
   void conv2d_backward_filter(const ConvGeom& g, const float* x, const float* dy, float* dw,
                               float* db) override {
     ConvPlan& p = plan(g);
+    if (p.direct) {  // dw and db, both overwritten
+      launch_direct_conv_wgrad(stream_, g.n, g.k, g.h, g.w, g.r, g.pad, x, dy, p.wgrad_partials, dw,
+                               db);
+      CUDA_CHECK(cudaGetLastError());
+      return;
+    }
     const float one = 1.f, zero = 0.f;
     if (p.half) {
       // The weight gradient is produced in 16 bits (an fp16 overflow becomes inf: the scaler
@@ -204,13 +245,22 @@ class CudaOps final : public Ops {
                        float* running_var) override {
     MNIST_DDP_CHECK(c >= 1 && c <= 64, "more channels than the BN scratch holds");
     const long m = static_cast<long>(n) * hw;
-    const int split = reduce_split(c, m);
-    MNIST_DDP_CHECK(c * split <= kMaxPartials, "BN reduction split larger than its scratch");
-    launch_bn_partial_moments(dim3(split, c), stream_, c, n, hw, x, bn_partials_);
-    CUDA_CHECK(cudaGetLastError());
+    int split = reduce_split(c, m);
+    const double* partials = bn_partials_;
+    if (fused_.y == x && fused_.c == c && fused_.n == n && fused_.hw == hw) {
+      // x is the direct convolution's output, which already wrote its partial moments (one per
+      // channel and image; the same stream, so they are complete when the moments kernel runs).
+      split = n;
+      partials = fused_.moments;
+    } else {
+      MNIST_DDP_CHECK(c * split <= kMaxPartials, "BN reduction split larger than its scratch");
+      launch_bn_partial_moments(dim3(split, c), stream_, c, n, hw, x, bn_partials_);
+      CUDA_CHECK(cudaGetLastError());
+    }
+    fused_ = {};
     // Without SyncBatchNorm the statistics come straight from the partials; with it, this rank's
     // moments go to bn_sums_ for the host exchange.
-    launch_bn_moments(blocks_for(c), stream_, c, split, bn_partials_, static_cast<double>(m), eps,
+    launch_bn_moments(blocks_for(c), stream_, c, split, partials, static_cast<double>(m), eps,
                       momentum, bn_sync_ == nullptr ? nullptr : bn_sums_, save_mean, save_invstd,
                       running_mean, running_var);
     CUDA_CHECK(cudaGetLastError());
@@ -447,6 +497,7 @@ class CudaOps final : public Ops {
     if (p != nullptr) CUDA_CHECK(cudaFree(p));
   }
   void upload(const void* host, void* backend, std::size_t bytes) override {
+    fused_ = {};  // the upload may overwrite a direct convolution's output
     if (bytes > 0) CUDA_CHECK(cudaMemcpy(backend, host, bytes, cudaMemcpyHostToDevice));
   }
   void download(const void* backend, void* host, std::size_t bytes) override {
@@ -590,20 +641,31 @@ class CudaOps final : public Ops {
       p->hw = alloc16(p->w_elems);
       p->hdw = alloc16(p->w_elems);
     }
+    // fp32 with one input channel (layer1): the direct kernels, no cuDNN algorithm to choose. Their
+    // scratch is allocated here, before any step is captured, so a graph's address stays valid.
+    if (!p->half && direct_conv_supported(g.c, g.k, g.h, g.w, g.r, g.pad)) {
+      p->direct = true;
+      CUDA_CHECK(cudaMalloc(&p->wgrad_partials,
+                            sizeof(float) * direct_conv_wgrad_partials(g.n, g.k, g.r)));
+      CUDA_CHECK(cudaMalloc(&p->fwd_moments, sizeof(double) * 2 * g.k * g.n));
+      return *plans_.emplace(key, std::move(p)).first->second;
+    }
     // Algorithm choice once per shape and direction, from cuDNN's heuristics (pick_algorithm),
     // each descriptor then set to the math type of its algorithm. Backward data: on first use.
     int found = 0;
     cudnnConvolutionFwdAlgoPerf_t fp[kHeuristics];
     CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(cudnn_, p->x, p->w, p->conv, p->y,
                                                        kHeuristics, &found, fp));
-    const auto* f = pick_algorithm(fp, found, fma_only(*p));
+    const auto* f = pick_preferred(fp, found, fma_only(*p), dt == CUDNN_DATA_FLOAT,
+                                   CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM);
     if (f == nullptr) no_algorithm("forward", g, *p, found);
     p->fwd = f->algo;
     CUDNN_CHECK(cudnnSetConvolutionMathType(p->conv, f->mathType));
     cudnnConvolutionBwdFilterAlgoPerf_t wp[kHeuristics];
     CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
         cudnn_, p->x, p->y, p->conv_bwd_filter, p->w, kHeuristics, &found, wp));
-    const auto* bf = pick_algorithm(wp, found, fma_only(*p));
+    const auto* bf = pick_preferred(wp, found, fma_only(*p), dt == CUDNN_DATA_FLOAT,
+                                    CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT);
     if (bf == nullptr) no_algorithm("backward-filter", g, *p, found);
     p->bwd_filter = bf->algo;
     CUDNN_CHECK(cudnnSetConvolutionMathType(p->conv_bwd_filter, bf->mathType));
@@ -686,6 +748,13 @@ class CudaOps final : public Ops {
   std::map<std::tuple<int, int, int, int, int, int, int, int>, std::unique_ptr<ConvPlan>> plans_;
   std::map<std::tuple<int, int, int, int>, std::unique_ptr<LinearScratch>> linear_;
   const BnSync* bn_sync_ = nullptr;  // --sync-bn exchanges (host), or nullptr
+  // The last direct convolution's output and its BN partial moments, until the batchnorm_stats
+  // that reads them (any other convolution or an upload forgets them: y may be rewritten).
+  struct FusedMoments {
+    const float* y = nullptr;
+    const double* moments = nullptr;
+    int c = 0, n = 0, hw = 0;
+  } fused_;
   AmpMode amp_ = AmpMode::Off;
   const float* loss_scale_ = nullptr;  // device: --amp fp16's loss scale (GradScaler)
   const float* skip_step_ = nullptr;   // device: != 0 where this step's SGD is skipped
