@@ -332,6 +332,23 @@ check_sanitizer() {
   return 0
 }
 
+# check_sanitizer_ops LOG RC: sanitize_ops' memcheck and racecheck runs, each with its tests passed.
+check_sanitizer_ops() {
+  local log="$1" passed
+  passed=$(grep -c '^\[  PASSED  \]' "$log")
+  NP=0 NF=0 NS=0
+  if ! grep -q 'ERROR SUMMARY: 0 errors' "$log"; then
+    NF=1 NOTE="memcheck: $(grep -m1 'ERROR SUMMARY' "$log" | sed 's/^=* *//')"
+  elif ! grep -q 'RACECHECK SUMMARY: 0 hazards' "$log"; then
+    NF=1 NOTE="racecheck: $(grep -m1 'RACECHECK SUMMARY' "$log" | sed 's/^=* *//')"
+  elif ((passed < 2)) || grep -qE '^\[  (FAILED|SKIPPED) +\] ' "$log"; then
+    NF=1 NOTE="the tests did not all pass under both tools ($passed PASSED lines)"
+  else
+    NP=2 NOTE="memcheck 0 errors, racecheck 0 hazards"
+  fi
+  return 0
+}
+
 stage_sanitize() {
   local cs
   # The GPU first: without one, nothing below can say anything.
@@ -412,12 +429,14 @@ stage_bench() {
 FIRST_STEPS=(preflight unit_gpu nccl_np1 gpuddp_np2 graphs_bitwise trace_nccl amp
              speed_mnist_ddp ops_gpu speed_pytorch_eager speed_torch_compile)
 # Steps that check a result (the verdict's "correct"). The self-test steps of
-# tests/e2e/gpu_suite_test.sh (selftest_pass, selftest_fail) run only when named; they need no
+# tests/e2e/gpu_suite_test.sh (selftest_pass, selftest_fail), sanitize_ops (compute-sanitizer
+# on the kernels' unit tests, ~10-60 s) and e2e_all (every gpu_test.sh case) run only when named;
+# the self-tests need no
 # bundle and no GPU.
-FIRST_CORRECTNESS=" preflight unit_gpu nccl_np1 gpuddp_np2 graphs_bitwise trace_nccl amp "
+FIRST_CORRECTNESS=" preflight unit_gpu nccl_np1 gpuddp_np2 graphs_bitwise trace_nccl amp sanitize_ops e2e_all "
 declare -A FIRST_FLOOR=([preflight]=15 [unit_gpu]=20 [nccl_np1]=10 [gpuddp_np2]=15 [graphs_bitwise]=20
   [trace_nccl]=10 [amp]=20 [speed_mnist_ddp]=40 [ops_gpu]=15 [speed_pytorch_eager]=60 [speed_torch_compile]=60
-  [selftest_pass]=20 [selftest_fail]=20)
+  [selftest_pass]=20 [selftest_fail]=20 [sanitize_ops]=40 [e2e_all]=60)
 SPEED_EPOCHS=10
 
 # The speed steps share one results folder; each step's rows are the manifest lines it appended.
@@ -456,13 +475,31 @@ first_step() {
          else
            step amp 90 tap env GPU_TEST_CASES=amp MNIST_DDP_E2E_KEEP="$LOGS/e2e" bash tests/e2e/gpu_test.sh
          fi ;;
-    speed_mnist_ddp) speed_step speed_mnist_ddp 120 graphs_tf32,eager_tf32,graphs_amp_bf16,graphs_amp_fp16 60 ;;
+    # graphs_fp32 (--tf32 off): the top-1 target is against the CPU run, which is full FP32.
+    speed_mnist_ddp) speed_step speed_mnist_ddp 140 graphs_tf32,eager_tf32,graphs_fp32,graphs_amp_bf16,graphs_amp_fp16 60 ;;
     # Where a step's device time goes: each op at batch 100 (bench/gpu_ops_bench.cpp), then every
     # cuDNN algorithm of each convolution timed (bench/gpu_conv_algos.cu); both in the logs.
     ops_gpu) step ops_gpu 40 cmd bash -c 'build/bench/gpu_ops_bench --benchmark_color=false --benchmark_min_time=0.002 && build/bench/gpu_conv_algos' ;;
     speed_pytorch_eager) speed_step speed_pytorch_eager 150 pt_eager_tf32,pt_eager_amp_bf16 90 ;;
     # torch.compile last and capped: its compilation may take minutes on a cold cache.
     speed_torch_compile) speed_step speed_torch_compile 150 pt_compiled_tf32 150 ;;
+    # Only when named: compute-sanitizer memcheck, then racecheck, on the GpuOps unit tests of the
+    # convolutions and BN (each kernel on its own, odd shapes included: out-of-bounds and shared-
+    # memory hazards that a training run's shapes would not reach).
+    sanitize_ops) local cs
+                  if ! cs=$(find_sanitizer); then
+                    row FAIL sanitize_ops - 1 - 0 "compute-sanitizer not found"
+                    FAILS+=("### sanitize_ops" "compute-sanitizer was not found (set COMPUTE_SANITIZER)")
+                    FAILED=1
+                  else
+                    # shellcheck disable=SC2016  # $CS and $t expand in the inner bash
+                    step sanitize_ops 150 check_sanitizer_ops env CS="$cs" bash -c 'for t in memcheck racecheck; do
+                      "$CS" --tool "$t" --error-exitcode 99 --print-limit 50 --target-processes all build/tests/unit_tests \
+                        --gtest_color=no --gtest_filter="GpuOps.ConvolutionsMatchCpu:GpuOps.BatchNormReluPoolMatchCpu"; done'
+                  fi ;;
+    # Only when named: every case of tests/e2e/gpu_test.sh (resume GPU->GPU and GPU->CPU->GPU
+    # bitwise, capture failure, accumulation, overlap, SyncBN, AMP resume, ...; ~70-100 s).
+    e2e_all) step e2e_all 240 tap env MNIST_DDP_E2E_KEEP="$LOGS/e2e" bash tests/e2e/gpu_test.sh ;;
     selftest_pass) step selftest_pass 20 tap bash -c 'echo "ok - selftest_pass (the harness runs a step)"' ;;
     selftest_fail) step selftest_fail 20 cmd bash -c 'for i in $(seq 1 30); do echo "selftest failure line $i"; done; exit 3' ;;
   esac

@@ -67,6 +67,26 @@ else
   fail "gpu_suite_fp32_reference: got '$got' (want 87.53)"
 fi
 
+# sanitize_ops' verdict (check_sanitizer_ops) on made-up logs of its two runs: clean summaries of
+# both tools with the tests passed under each is 2 passed; an error, a hazard, a skipped test or a
+# run that never finished is a failure.
+clean_mem='========= ERROR SUMMARY: 0 errors' clean_race='========= RACECHECK SUMMARY: 0 hazards'
+passed='[  PASSED  ] 2 tests.'
+printf '%s\n' "$passed" "$clean_mem" "$passed" "$clean_race" >"$TMP/flogs/san_clean.log"
+printf '%s\n' "$passed" '========= ERROR SUMMARY: 3 errors' "$passed" "$clean_race" >"$TMP/flogs/san_mem.log"
+printf '%s\n' "$passed" "$clean_mem" "$passed" '========= RACECHECK SUMMARY: 1 hazard displayed (1 error, 0 warnings)' >"$TMP/flogs/san_race.log"
+printf '%s\n' "$passed" "$clean_mem" '[  SKIPPED ] GpuOps.ConvolutionsMatchCpu' "$passed" "$clean_race" >"$TMP/flogs/san_skip.log"
+printf '%s\n' "$passed" "$clean_mem" >"$TMP/flogs/san_cut.log"
+got=$(bash -c 'source tools/gpu-suite.sh
+  for f in "$@"; do check_sanitizer_ops "$f" 0; printf "%s:%s/%s " "$(basename "$f" .log)" "$NP" "$NF"; done' _ \
+  "$TMP"/flogs/san_{clean,mem,race,skip,cut}.log)
+want='san_clean:2/0 san_mem:0/1 san_race:0/1 san_skip:0/1 san_cut:0/1 '
+if [[ "$got" == "$want" ]]; then
+  pass "gpu_suite_sanitize_ops_verdict (clean 2 passed; an error, a hazard, a skip, a cut run: failed)"
+else
+  fail "gpu_suite_sanitize_ops_verdict: got '$got'" "want '$want'"
+fi
+
 # The speed table from made-up runs: mnist_ddp graphs TF32 60,000 img/s, PyTorch eager 5,000 and
 # compiled 30,000 (two rounds each, medians), so 12.00x eager and 2.00x compile.
 runs="$TMP/speed/gpu_runs"
