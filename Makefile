@@ -124,7 +124,7 @@ GPU_OPS_BENCH_BIN := $(BUILD)/bench/gpu_ops_bench
 # cuDNN's algorithms timed per convolution: a CUDA program, built with the CUDA backend only.
 GPU_CONV_ALGOS_BIN := $(if $(filter 1,$(USE_CUDA)),$(BUILD)/bench/gpu_conv_algos)
 
-.PHONY: lib-objs sanitize-build fuzz-build all summary test test-only test-unit test-mpi test-e2e test-slurm test-sanitize test-chaos fuzz bench bench-only run deps data clean format help bundle
+.PHONY: lib-objs sanitize-build sanitize-build-asan sanitize-build-tsan fuzz-build all summary test test-only test-unit test-mpi test-e2e test-slurm test-sanitize test-chaos fuzz bench bench-only run deps data clean format help bundle
 all: summary $(BIN)
 
 summary:
@@ -234,15 +234,21 @@ TSAN_UNIT_TESTS := tests/unit/flight_recorder_test.cpp tests/unit/dir_lock_test.
 test-sanitize:
 	@tools/install-deps.sh --tests
 	@data/prepare.sh
-	@$(MAKE) --no-print-directory sanitize-build
+	@$(MAKE) --no-print-directory sanitize-build-asan
 	@tests/run_sanitized.sh asan
+	@$(MAKE) --no-print-directory sanitize-build-tsan
 	@tests/run_sanitized.sh tsan
 
 # The sanitizer trees (and the fuzz targets, which link the ASan objects) without running anything:
 # CI builds them at nice 19 while `make test` runs, on the CPU time its tests leave idle.
-sanitize-build:
+# sanitize-build-asan / -tsan: one tree each (CI runs the ASan suite while the TSan tree builds).
+sanitize-build: sanitize-build-asan sanitize-build-tsan
+
+sanitize-build-asan:
 	@OMPI_CXX=clang++ $(MAKE) --no-print-directory USE_CUDA=0 BUILD=build/asan BIN=build/asan/mnist_ddp \
 	  SANITIZE="$(SANITIZE_FLAGS)" build/asan/mnist_ddp build/asan/tests/unit_tests build/asan/tests/mpi_tests
+
+sanitize-build-tsan:
 	@$(MAKE) --no-print-directory USE_CUDA=0 BUILD=build/tsan BIN=build/tsan/mnist_ddp \
 	  UNIT_TESTS="$(TSAN_UNIT_TESTS)" SANITIZE="$(TSAN_FLAGS)" \
 	  build/tsan/mnist_ddp build/tsan/tests/unit_tests build/tsan/tests/mpi_tests
@@ -337,7 +343,7 @@ help:
 	@echo "make test-sanitize  unit, MPI and e2e suites under ASan + UBSan + LSan, threaded paths under TSan"
 	@echo "make test-chaos  20 training runs each hit by a random fault at a random moment (CHAOS_SEED, CHAOS_RUNS)"
 	@echo "make fuzz     libFuzzer on the IDX reader, checkpoint loader, CLI, launcher env (FUZZ_SECONDS=60 each)"
-	@echo "make sanitize-build | fuzz-build  build those trees only (CI builds them while make test runs)"
+	@echo "make sanitize-build[-asan|-tsan] | fuzz-build  build those trees only (CI builds them at nice 19 while other stages run)"
 	@echo "make bench    microbenchmarks + side-by-side with PyTorch DDP"
 	@echo "make deps     install the Debian packages that are missing"
 	@echo "make data     prepare data/dataset (MNIST if downloadable, else Fashion-MNIST)"
