@@ -372,10 +372,11 @@ else
 fi
 export MNIST_DDP_CKPT="$TMP/st" MNIST_DDP_LOGS="$TMP/st-log"
 OUT="$TMP/straggler_job.out"
-id=$(sbatch --parsable -o "$OUT" slurm/train_cpu_2x4.sh --data "$SMALL" --epochs 5 --max-steps 40 --straggler-every 5 --straggler-threshold 0.55 --log-every 5 --progress off)
+id=$(sbatch --parsable -o "$OUT" slurm/train_cpu_2x4.sh --data "$SMALL" --epochs 5 --max-steps 40 --straggler-every 5 --straggler-threshold 0.40 --log-every 5 --progress off)
 for ((i = 0; i < 600; i++)); do grep -q "^data: " "$OUT" 2>/dev/null && break; sleep 0.1; done
-# Threshold 0.55: on CI's 2 shared cores node1's own ranks scored as low as 0.69 against each
-# other (rank 0 also logs); node2, held to a quarter of a core, scores ~0.13.
+# Threshold 0.40: on CI's 2 shared cores node1's own ranks scored as low as 0.52 against each
+# other (rank 0 also logs; 0.52 made a local CI run fail at 0.55 on 2026-11-27); node2, held to a
+# quarter of a core, scores 0.12-0.16, still 2.5x below the threshold.
 slow_node
 STATE=$(job_wait "$id" 300)
 stop_slow
