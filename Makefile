@@ -325,7 +325,7 @@ bundle:
 
 format:
 	clang-format -i include/mnist_ddp/*/*.hpp src/*/*.cpp src/*/*/*.cpp src/*/*.hpp src/*/*/*.hpp src/*/*/*.cu src/*/*/*.cuh tests/unit/*.cpp \
-	  tests/unit/*.hpp tests/mpi/*.cpp tests/mpi/*.hpp tests/mpi/*.cu tests/common/*.cpp tests/common/*.hpp bench/*.cpp \
+	  tests/unit/*.hpp tests/mpi/*.cpp tests/mpi/*.hpp tests/mpi/*.cu tests/common/*.cpp tests/common/*.hpp bench/*.cpp bench/*.cu \
 	  tests/fuzz/*.cpp tests/fuzz/*.hpp
 
 clean:

@@ -127,9 +127,10 @@ void print_rows(const char* layer, const char* dir, const Perf* p, int found, in
 template <class Run>
 void print_direct(const char* layer, const char* dir, const char* what, Run run) {
   const double warm = time_us(run);
-  std::printf("%-7s %-6s direct  %-6s %-13s find       -     warm %7.1f us %7.1f MiB  <- "
-              "mnist_ddp (%s)\n",
-              layer, dir, "fp32", "deterministic", warm, 0.0, what);
+  std::printf(
+      "%-7s %-6s direct  %-6s %-13s find       -     warm %7.1f us %7.1f MiB  <- "
+      "mnist_ddp (%s)\n",
+      layer, dir, "fp32", "deterministic", warm, 0.0, what);
 }
 
 }  // namespace
