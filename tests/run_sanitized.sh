@@ -65,7 +65,7 @@ case "$mode" in
     gtest mpi_np2 mpirun -np 2 $B/tests/mpi_tests
     gtest mpi_np4 mpirun -np 4 --oversubscribe $B/tests/mpi_tests
     lsan_canary "$mpi_lsan" mpirun -np 2 $B/tests/mpi_tests --gtest_filter='Placement.*'
-    export MNIST_DDP_BIN="$PWD/$B/mnist_ddp"
+    export MNIST_DDP_BIN="$PWD/$B/mnist_ddp" MNIST_DDP_SANITIZER=asan
     # LeakSanitizer stays on the unit and MPI suites above (every allocation path of the
     # library, clean exits). In the ~150 launches below it is off: matching Open MPI's leaks to
     # the suppressions needs the slow unwinder, +1.3 s a launch; ASan and UBSan stay on.

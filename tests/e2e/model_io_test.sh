@@ -142,7 +142,11 @@ fi
 
 # --- ONNX: the exported model takes raw pixels in [0, 1] (normalisation folded in) and, run by a
 # real ONNX runtime (OpenCV's dnn module), gives the checkpoint's accuracy.
-if $PY -c "import torch, h5py, cv2" 2>/dev/null; then
+# Under the sanitizers (tests/run_sanitized.sh sets MNIST_DDP_SANITIZER) it is left to `make
+# test`: it launches no mnist_ddp, only Python and OpenCV (10 s of CI's ASan suite).
+if [[ -n "${MNIST_DDP_SANITIZER:-}" ]]; then
+  echo "skip - onnx export (no mnist_ddp launch in it: the $MNIST_DDP_SANITIZER run leaves it to make test)"
+elif $PY -c "import torch, h5py, cv2" 2>/dev/null; then
   run onnx_export 120 $PY "$REPO/tools/export_to_pytorch.py" "$TMP/t/ckpt-00000060.h5" --onnx "$TMP/model.onnx"
   export_rc=$RC
   run onnx_run 120 $PY - "$REPO/tools" "$DATA" "$TMP/model.onnx" <<'PYONNX'
