@@ -15,7 +15,8 @@
 #                   CUDA libraries found on that machine), OPAL_PREFIX and PMIx's directories for
 #                   that process only, then exec libexec/NAME. Usable outside the suite, also
 #                   through a symlink (./mnist_ddp -> build/gpu-bundle/bin/mnist_ddp).
-#   libexec/        the real binaries          lib/   their libraries except glibc and CUDA's
+#   libexec/        the real binaries, and mnist_ddp's GPU backend (libmnist_ddp_cuda.so)
+#                                              lib/   their libraries except glibc and CUDA's
 #   mpi/            Open MPI as Debian lays it out under /usr (mpi/bin: wrappers of orterun and
 #                   orted), Debian's /etc/openmpi in mpi/etc, PMIx 4 in mpi/lib/x86_64-linux-gnu/pmix2
 #   BUNDLE-INFO     what was built, from which commit, and the CUDA sonames the binaries need
@@ -35,6 +36,9 @@ for b in "${bins[@]}"; do
   [[ -x "$b" ]] || { echo "make-bundle: $b missing (run make bundle)" >&2; exit 1; }
   strip -o "$stage/libexec/$(basename "$b")" "$b"
 done
+# mnist_ddp's GPU backend, a plugin it loads from its own directory (runtime/cuda_backend.hpp).
+[[ -e "$B/libmnist_ddp_cuda.so" ]] || { echo "make-bundle: $B/libmnist_ddp_cuda.so missing (run make bundle)" >&2; exit 1; }
+strip --strip-unneeded -o "$stage/libexec/libmnist_ddp_cuda.so" "$B/libmnist_ddp_cuda.so"
 # Open MPI as Debian lays it out under /usr, so OPAL_PREFIX=<bundle>/mpi relocates it. Its MCA
 # defaults (/etc/openmpi: pml ^ucx, btl ^openib..., which tests/mpi_env.sh then overrides) come
 # along, read through OPAL_SYSCONFDIR, so launches there behave as here.
@@ -183,7 +187,7 @@ ln -s ../mpi/bin/mpirun "$stage/bin/mpirun"
   echo "mnist_ddp bundle: $(git describe --always --dirty 2>/dev/null || echo unknown), built $(date -u +%Y-%m-%dT%H:%MZ) on $(hostname)"
   echo "binaries: ${bins[*]}"
   echo "CUDA libraries needed (found on the target by bin/bundle-env.sh):"
-  readelf -d "$stage/libexec/mnist_ddp" | awk '/NEEDED/ && /cu|nccl/ {print "  " $NF}' | tr -d '[]'
+  readelf -d "$stage/libexec/libmnist_ddp_cuda.so" | awk '/NEEDED/ && /cu|nccl/ {print "  " $NF}' | tr -d '[]'
   echo "bundled libraries: $(ls "$stage/lib" | wc -l) (lib/), Open MPI $(orterun --version 2>/dev/null | head -1 | awk '{print $NF}')"
 } > "$stage/BUNDLE-INFO"
 

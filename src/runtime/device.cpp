@@ -1,6 +1,8 @@
 // device.cpp — --device resolution (backend-independent part).
 #include "mnist_ddp/runtime/device.hpp"
 
+#include <dlfcn.h>
+
 #include <fmt/format.h>
 
 #include "mnist_ddp/runtime/check.hpp"
@@ -42,6 +44,13 @@ int choose_gpu(int local_rank, int local_size, int visible, bool exclusive) {
         local_size, visible, visible));
   }
   return static_cast<int>(static_cast<long>(local_rank) * visible / local_size);
+}
+
+bool nvidia_driver_installed() {
+  void* h = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
+  if (h == nullptr) return false;
+  dlclose(h);
+  return true;
 }
 
 const char* to_string(Device d) {

@@ -46,13 +46,7 @@ std::unique_ptr<Comm> make_nccl_group_comm(int) {
 std::unique_ptr<Comm> make_nccl_comm() {
   throw UserError("--comm nccl: this mnist_ddp was built without CUDA (make USE_CUDA=1)");
 }
-StepGraphs::StepGraphs(void* stream, CaptureHooks, bool) : stream_(stream) {
-  throw UserError("--cuda-graphs: this mnist_ddp was built without CUDA");
-}
-StepGraphs::~StepGraphs() = default;
-bool StepGraphs::will_capture(std::int64_t) const {
-  return false;
-}
+void destroy_graph_exec(void*) {}
 StepRun StepGraphs::run(std::int64_t, const std::function<void()>&) {
   throw UserError("--cuda-graphs: this mnist_ddp was built without CUDA");
 }

@@ -32,11 +32,15 @@ struct CaptureHooks {
   std::function<void()> restore;
 };
 
+// Frees a captured graph (a cudaGraphExec_t): the CUDA seam the destructor calls; a no-op in a
+// CPU-only build.
+void destroy_graph_exec(void* exec);
+
 class StepGraphs {
  public:
   // stream: Ops::stream() (a cudaStream_t). inject_failure: the --debug-fail-capture test seam (a
-  // call that is illegal while capturing, made inside every capture). A "built without CUDA"
-  // UserError in a CPU-only build.
+  // call that is illegal while capturing, made inside every capture). Host code
+  // (src/ops/step_graph.cpp); run() is the CUDA backend's.
   StepGraphs(void* stream, CaptureHooks hooks, bool inject_failure = false);
   ~StepGraphs();
   StepGraphs(const StepGraphs&) = delete;

@@ -24,6 +24,8 @@ bool cuda_built();
 // visible device. A driver that is there but cannot serve this runtime (too old, broken install)
 // is a UserError with CUDA's words and the fix: never mistaken for "no GPU".
 int cuda_device_count();
+// Whether an NVIDIA driver (libcuda.so.1) can be loaded at all: a machine without one has no GPU.
+bool nvidia_driver_installed();
 // Device memory for Tensor; throws UserError in a build without CUDA.
 void* cuda_alloc(std::size_t bytes);
 void cuda_free(void* p);

@@ -16,20 +16,8 @@ namespace {
 constexpr const char* kErrorTag = "error while capturing: ";
 }  // namespace
 
-StepGraphs::StepGraphs(void* stream, CaptureHooks hooks, bool inject_failure)
-    : stream_(stream), hooks_(std::move(hooks)), inject_failure_(inject_failure) {
-  MNIST_DDP_CHECK(stream != nullptr, "CUDA graphs need the ops' stream");
-  MNIST_DDP_CHECK(hooks_.save && hooks_.agree && hooks_.restore, "CUDA graphs need capture hooks");
-}
-
-StepGraphs::~StepGraphs() {
-  for (auto& [n, exec] : execs_) cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(exec));
-}
-
-bool StepGraphs::will_capture(std::int64_t n) const {
-  const auto eager = eager_runs_.find(n);
-  return !execs_.contains(n) && !eager_only_.contains(n) && eager != eager_runs_.end() &&
-         eager->second > 0;
+void destroy_graph_exec(void* exec) {
+  cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(exec));
 }
 
 StepRun StepGraphs::run(std::int64_t n, const std::function<void()>& body) {

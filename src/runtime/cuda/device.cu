@@ -1,8 +1,6 @@
 // device.cu — the CUDA side of device.hpp: GPU count (a machine without a driver or without a
 // device has no GPU, which is not an error; a driver the runtime cannot use is), device memory,
 // selection and description.
-#include <dlfcn.h>
-
 #include <string>
 
 #include "mnist_ddp/runtime/check.hpp"
@@ -19,24 +17,15 @@ bool cuda_built() {
   return true;
 }
 
-namespace {
-// Whether an NVIDIA driver (libcuda) is installed at all: without one, the runtime's "driver
-// insufficient" means "no GPU here", with one it means the driver is too old for this runtime.
-bool driver_installed() {
-  void* h = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
-  if (h == nullptr) return false;
-  dlclose(h);
-  return true;
-}
-}  // namespace
-
 int cuda_device_count() {
   int n = 0;
   const cudaError_t rc = cudaGetDeviceCount(&n);
   if (rc == cudaSuccess) return n;
   cudaGetLastError();                     // clear the error for later calls
   if (rc == cudaErrorNoDevice) return 0;  // a driver, but no device visible (CUDA_VISIBLE_DEVICES)
-  if (rc == cudaErrorInsufficientDriver && !driver_installed()) return 0;  // a CPU node
+  // Without a driver, the runtime's "driver insufficient" means "no GPU here"; with one, the driver
+  // is too old for this runtime.
+  if (rc == cudaErrorInsufficientDriver && !nvidia_driver_installed()) return 0;  // a CPU node
   int runtime = 0, driver = 0;
   cudaRuntimeGetVersion(&runtime);
   cudaDriverGetVersion(&driver);

@@ -1,0 +1,131 @@
+// cuda_loader.cpp — the CUDA seam in the mnist_ddp binary (USE_CUDA=1): each function forwards to
+// libmnist_ddp_cuda.so (runtime/cuda_backend.hpp), which is loaded on first use, from the binary's
+// own directory (MNIST_DDP_CUDA_BACKEND names another file). A machine without an NVIDIA driver
+// has no GPU, and --device auto or cpu never loads the plugin there: cuDNN, cuBLAS, NCCL and the
+// CUDA runtime stay unmapped. The plugin is never unloaded (CUDA libraries do not survive
+// dlclose in a live process); main's teardown still releases the device (release_cuda_device).
+#include <dlfcn.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <mutex>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "mnist_ddp/runtime/check.hpp"
+#include "mnist_ddp/runtime/cuda_backend.hpp"
+#include "mnist_ddp/runtime/device.hpp"
+
+namespace mnist_ddp {
+namespace {
+
+std::string plugin_path() {
+  if (const char* env = std::getenv("MNIST_DDP_CUDA_BACKEND"); env != nullptr && *env != '\0')
+    return env;
+  std::error_code ec;
+  const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return ((ec ? std::filesystem::path(".") : exe.parent_path()) / "libmnist_ddp_cuda.so").string();
+}
+
+struct Plugin {
+  std::once_flag once;
+  const CudaBackend* table = nullptr;
+  std::string path, error;
+};
+
+Plugin& plugin() {
+  static Plugin p;  // a pointer and two strings: nothing to tear down (the plugin stays loaded)
+  return p;
+}
+
+// The table, loading the plugin on the first call; nullptr (and plugin().error) when it cannot.
+const CudaBackend* loaded() {
+  Plugin& p = plugin();
+  std::call_once(p.once, [&p] {
+    p.path = plugin_path();
+    // RTLD_NOW: a missing CUDA library or symbol fails here, with the loader's words, not at a
+    // first call in the middle of a run.
+    void* h = dlopen(p.path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (h == nullptr) {
+      const char* why = dlerror();
+      p.error = why != nullptr ? why : "dlopen failed";
+      return;
+    }
+    using Entry = const CudaBackend* (*)();
+    auto entry = reinterpret_cast<Entry>(dlsym(h, "mnist_ddp_cuda_backend"));
+    const CudaBackend* t = entry != nullptr ? entry() : nullptr;
+    if (t == nullptr || t->abi != kCudaBackendAbi || t->size != sizeof(CudaBackend)) {
+      p.error = "not the CUDA backend of this mnist_ddp build (rebuild: make)";
+      return;
+    }
+    p.table = t;
+  });
+  return p.table;
+}
+
+const CudaBackend& backend() {
+  if (const CudaBackend* t = loaded()) return *t;
+  throw UserError(fmt::format(
+      "the GPU backend {} did not load: {}. It needs the CUDA runtime, cuBLAS, cuDNN and NCCL "
+      "this mnist_ddp was built against: make them visible (module load, or LD_LIBRARY_PATH), or "
+      "use --device cpu",
+      plugin().path, plugin().error));
+}
+
+}  // namespace
+
+bool cuda_built() {
+  return true;
+}
+int cuda_device_count() {
+  // Without a driver there is no GPU, and the plugin (with the CUDA libraries) is not loaded to
+  // be told so.
+  return nvidia_driver_installed() ? backend().device_count() : 0;
+}
+void* cuda_alloc(std::size_t bytes) {
+  return backend().alloc(bytes);
+}
+void cuda_free(void* p) {
+  // Device memory exists only once the plugin is loaded; never throws (Tensor's destructor).
+  if (const CudaBackend* t = loaded(); t != nullptr && p != nullptr) t->free(p);
+}
+void use_cuda_device(int index) {
+  backend().use_device(index);
+}
+void release_cuda_device() {
+  // main's teardown: a run that never loaded the plugin created no CUDA context.
+  if (const CudaBackend* t = plugin().table) t->release_device();
+}
+std::string cuda_device_description(int index) {
+  return backend().device_description(index);
+}
+std::vector<std::string> cuda_library_versions() {
+  return backend().library_versions();
+}
+std::unique_ptr<Comm> make_nccl_comm() {
+  return backend().make_nccl_comm();
+}
+std::unique_ptr<Comm> make_nccl_group_comm(int color) {
+  return backend().make_nccl_group_comm(color);
+}
+std::unique_ptr<Comm> make_host_staged_comm() {
+  return backend().make_host_staged_comm();
+}
+std::unique_ptr<Comm> make_host_staged_group_comm(int color) {
+  return backend().make_host_staged_group_comm(color);
+}
+std::unique_ptr<Ops> make_cuda_ops(bool tf32) {
+  return backend().make_cuda_ops(tf32);
+}
+std::unique_ptr<GradScaler> make_grad_scaler(Ops& ops, const LossScaleRule& rule) {
+  return backend().make_grad_scaler(ops, rule);
+}
+StepRun StepGraphs::run(std::int64_t n, const std::function<void()>& body) {
+  return backend().step_graphs_run(*this, n, body);
+}
+void destroy_graph_exec(void* exec) {
+  if (const CudaBackend* t = plugin().table) t->destroy_graph_exec(exec);
+}
+
+}  // namespace mnist_ddp
