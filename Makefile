@@ -76,7 +76,7 @@ CXXFLAGS += $(SANITIZE)
 CPPFLAGS += -DOMPI_SKIP_MPICXX=1 -DMPICH_SKIP_MPICXX=1 -Iinclude -Isrc $(BLAS_CFLAGS) $(DNNL_CFLAGS) $(HDF5_CFLAGS) $(SPDLOG_CFLAGS) -MMD -MP
 # The mnist_ddp binary links everything but the CUDA libraries (its GPU backend is a plugin that
 # links them: CUDA_PLUGIN below); the test and benchmark binaries link the backend directly.
-BASE_LIBS := $(DNNL_LIBS) $(HDF5_LIBS) $(BLAS_LIBS) $(SPDLOG_LIBS) -lz -lgomp -pthread
+BASE_LIBS := $(DNNL_LIBS) $(HDF5_LIBS) $(BLAS_LIBS) $(SPDLOG_LIBS) -lz -lgomp -ldl -pthread
 LDLIBS += $(CUDA_LIBS) $(BASE_LIBS)
 
 # BUILD/BIN let both configurations live side by side (CI builds USE_CUDA=0 in build/cpu-only).
@@ -106,7 +106,6 @@ CUDA_LIBDIRS := $(sort $(CUDA_HOME)/lib64 $(CUDNN_HOME)/lib64 $(NCCL_HOME)/lib64
 CUDA_LIBS := $(foreach d,$(CUDA_LIBDIRS),-L$(d) -Wl,-rpath,$(d)) -lcudnn -lcublas -lnccl -lcudart -ldl
 CUDA_INCLUDES := $(sort -I$(CUDA_HOME)/include -I$(CUDNN_HOME)/include -I$(NCCL_HOME)/include)
 NVCCFLAGS ?= -O3 -std=c++20 $(CUDA_ARCH) -lineinfo
-NVCCFLAGS += -Xcompiler -fPIC
 else
 LIB_SRCS := $(filter-out src/app/main.cpp $(LOADER_SRC),$(wildcard src/*/*.cpp src/*/*/*.cpp))
 CUDA_PLUGIN :=
@@ -176,10 +175,11 @@ $(BUILD)/%.o: %.cpp
 TEST_OPT ?= -O1
 $(BUILD)/tests/%.o: CXXFLAGS += $(TEST_OPT)
 
-# CUDA translation units: nvcc with the host compiler's MPI flags (nvcc cannot drive mpicxx).
+# CUDA translation units: nvcc with the host compiler's MPI flags (nvcc cannot drive mpicxx); -fPIC:
+# they make the plugin (a shared object) as well as the test binaries.
 $(BUILD)/%.o: %.cu
 	@mkdir -p $(@D)
-	$(NVCC) $(NVCCFLAGS) $(CUDA_INCLUDES) -DOMPI_SKIP_MPICXX=1 -Iinclude -Isrc $(MPI_CFLAGS) $(HDF5_CFLAGS) -MMD -MP -c -o $@ $<
+	$(NVCC) $(NVCCFLAGS) -Xcompiler -fPIC $(CUDA_INCLUDES) -DOMPI_SKIP_MPICXX=1 -Iinclude -Isrc $(MPI_CFLAGS) $(HDF5_CFLAGS) -MMD -MP -c -o $@ $<
 
 $(UNIT_BIN): $(UNIT_OBJS) $(LIB_OBJS)
 	$(CXX) $(CXXFLAGS) -o $@ $^ -lgtest -lgtest_main $(LDLIBS)

@@ -9,7 +9,8 @@
 # bundle's wrappers) and then fail for exactly one reason: there is no GPU (MNIST_DDP_REQUIRE_GPU=1
 # turns "no usable GPU" into a failure). A missing library, module or command is a rehearsal failure.
 #   make bundle && tools/rehearse-gpu-suite.sh [STAGE...]      (default: first test sanitize bench)
-# For `first`, every step must reach the GPU probe on its own: its log says "no usable GPU".
+# For `first`, every step must reach the GPU probe on its own: its log says "no usable GPU". Then
+# the bundle's GPU backend plugin must load with the toolkit's stub libcuda standing in for a driver.
 # Results: one summary + log archive per stage in $OUT (default /tmp/gpu-rehearsal), and a verdict
 # line per stage here. Exit 0 when every stage stopped only at the missing GPU.
 # It runs in a copy of what the device tool sends (the tracked tree, untracked files git does not
@@ -35,6 +36,12 @@ mkdir -p "$W/empty" "$W/site-packages/nvidia/cu13/lib" "$W/sanitizer" "$W/bin" "
 { git ls-files -z; git ls-files -z --others --exclude-standard; } | grep -zv '^bundle/' |
   tar --null -T - -cf - | tar -C "$W/tree" -xf -
 mkdir -p "$W/tree/bundle" && cp -a bundle/bundle.tar.xz bundle/data "$W/tree/bundle/"
+# The toolkit's stub libcuda, as a driver would be found (libcuda.so.1): the bundle's GPU backend
+# plugin is loaded with it after the stages (the plugin loads only where a driver is).
+mkdir -p "$W/driver"
+for d in "$(readlink -f /usr/local/cuda)"/lib64/stubs "$(readlink -f /usr/local/cuda)"/targets/*/lib/stubs; do
+  [[ -e "$d/libcuda.so" ]] && cp "$d/libcuda.so" "$W/driver/libcuda.so.1" && break
+done
 echo "rehearsal: the GPU machine would be sent $(du -sm --apparent-size "$W/tree" | cut -f1) MiB (tree + bundle/)"
 : >"$W/emptyfile"
 printf '#!/bin/sh\necho "$(basename "$0"): not on the GPU machine (hidden by the rehearsal)" >&2\nexit 127\n' >"$W/absent"
@@ -77,6 +84,11 @@ for s in "$@"; do
   OUT="$RESULTS" bash tools/gpu-suite.sh "$s" >"$RESULTS/stdout-$s.txt" 2>&1
   echo "$s $((SECONDS - t0))" >>"$RESULTS/seconds.txt"
 done
+# The bundle's plugin (libexec/libmnist_ddp_cuda.so) loads under the wrappers' library paths, every
+# symbol resolved against the binary, and its device check answers (the stub is no driver).
+if [[ -e "$W/driver/libcuda.so.1" && -x ./mnist_ddp ]]; then
+  LD_LIBRARY_PATH="$W/driver" ./mnist_ddp --device cuda --print-env >"$RESULTS/plugin-load.txt" 2>&1
+fi
 IN
 (cd "$W/tree" && unshare -m --propagation private bash "$W/inside.sh" "$W" "$CUDA_LIB" "$SANITIZER" "$RESULTS" "${STAGES[@]}")
 
@@ -121,5 +133,13 @@ for s in "${STAGES[@]}"; do
     bad=1
   fi
 done
+if [[ -e "$W/driver/libcuda.so.1" ]]; then
+  if grep -q "cudaErrorStubLibrary" "$RESULTS/plugin-load.txt" 2>/dev/null; then
+    echo "rehearsal plugin: OK (the bundle's libmnist_ddp_cuda.so loaded with the stub driver: $(grep -o 'cudaErrorStubLibrary' "$RESULTS/plugin-load.txt" | head -1))"
+  else
+    echo "rehearsal plugin: FAILED: the bundle's GPU backend did not load and answer: $(tail -n 2 "$RESULTS/plugin-load.txt" 2>/dev/null)"
+    bad=1
+  fi
+fi
 echo "summaries: $RESULTS/summary-*.txt"
 exit "$bad"

@@ -55,7 +55,8 @@ const CudaBackend* loaded() {
     using Entry = const CudaBackend* (*)();
     auto entry = reinterpret_cast<Entry>(dlsym(h, "mnist_ddp_cuda_backend"));
     const CudaBackend* t = entry != nullptr ? entry() : nullptr;
-    if (t == nullptr || t->abi != kCudaBackendAbi || t->size != sizeof(CudaBackend)) {
+    if (t == nullptr || t->abi != kCudaBackendAbi || t->size != sizeof(CudaBackend) ||
+        t->layout != kCudaBackendLayout) {
       p.error = "not the CUDA backend of this mnist_ddp build (rebuild: make)";
       return;
     }
@@ -66,6 +67,13 @@ const CudaBackend* loaded() {
 
 const CudaBackend& backend() {
   if (const CudaBackend* t = loaded()) return *t;
+  std::error_code ec;
+  if (!std::filesystem::exists(plugin().path, ec)) {
+    throw UserError(fmt::format(
+        "the GPU backend {} is missing: keep libmnist_ddp_cuda.so beside the mnist_ddp binary "
+        "(make builds both), set MNIST_DDP_CUDA_BACKEND to its path, or use --device cpu",
+        plugin().path));
+  }
   throw UserError(fmt::format(
       "the GPU backend {} did not load: {}. It needs the CUDA runtime, cuBLAS, cuDNN and NCCL "
       "this mnist_ddp was built against: make them visible (module load, or LD_LIBRARY_PATH), or "
@@ -87,7 +95,7 @@ void* cuda_alloc(std::size_t bytes) {
   return backend().alloc(bytes);
 }
 void cuda_free(void* p) {
-  // Device memory exists only once the plugin is loaded; never throws (Tensor's destructor).
+  // Device memory exists only once the plugin is loaded: without it there is nothing to free.
   if (const CudaBackend* t = loaded(); t != nullptr && p != nullptr) t->free(p);
 }
 void use_cuda_device(int index) {

@@ -47,10 +47,10 @@ int choose_gpu(int local_rank, int local_size, int visible, bool exclusive) {
 }
 
 bool nvidia_driver_installed() {
-  void* h = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
-  if (h == nullptr) return false;
-  dlclose(h);
-  return true;
+  // Loaded once and kept: the CUDA runtime loads the same library right after on a GPU node, and
+  // unloading a driver library between the two is an initialisation and teardown for nothing.
+  static const bool installed = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL) != nullptr;
+  return installed;
 }
 
 const char* to_string(Device d) {

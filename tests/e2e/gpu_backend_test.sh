@@ -55,7 +55,7 @@ else
   fi
   # 4. The plugin missing (MNIST_DDP_CUDA_BACKEND names the file): one error naming it and the fix.
   run no_plugin 60 env LD_LIBRARY_PATH="$TMP/driver" MNIST_DDP_CUDA_BACKEND="$TMP/nowhere/libmnist_ddp_cuda.so" "$BIN" --device cuda --print-env
-  if [[ $RC -eq 2 ]] && [[ $(grep -c "mnist_ddp: error: the GPU backend $TMP/nowhere/libmnist_ddp_cuda.so did not load: .*No such file.* or use --device cpu" "$ERR") == 1 ]]; then
+  if [[ $RC -eq 2 ]] && [[ $(grep -c "mnist_ddp: error: the GPU backend $TMP/nowhere/libmnist_ddp_cuda.so is missing: keep libmnist_ddp_cuda.so beside the mnist_ddp binary .* or use --device cpu" "$ERR") == 1 ]]; then
     pass "missing_plugin_is_one_clear_error_naming_it"
   else
     fail "missing_plugin rc=$RC" "$(show)"

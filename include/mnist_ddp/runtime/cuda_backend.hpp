@@ -23,11 +23,21 @@ namespace mnist_ddp {
 // Raised when the table's layout changes: a plugin from another build is refused, not called.
 inline constexpr int kCudaBackendAbi = 1;
 
+// The sizes of the types that cross between the binary and the plugin, folded into one number
+// that each side compiles from its own headers: a plugin built from other headers is refused
+// rather than handed objects of another layout.
+inline constexpr std::size_t kCudaBackendLayout =
+    ((((sizeof(StepGraphs) * 131 + sizeof(CaptureHooks)) * 131 + sizeof(LossScaleRule)) * 131 +
+      sizeof(Comm)) *
+         131 +
+     sizeof(Ops));
+
 // One pointer per function of the CUDA seam (runtime/device.hpp, dist/comm.hpp, ops/ops.hpp,
 // ops/step_graph.hpp, model/amp.hpp), each with that function's contract.
 struct CudaBackend {
   int abi;
-  std::size_t size;  // sizeof(CudaBackend) in the plugin's build
+  std::size_t size;    // sizeof(CudaBackend) in the plugin's build
+  std::size_t layout;  // kCudaBackendLayout in the plugin's build
   int (*device_count)();
   void* (*alloc)(std::size_t bytes);
   void (*free)(void* p);

@@ -15,6 +15,7 @@ StepRun run_step_graphs(StepGraphs& graphs, std::int64_t n, const std::function<
 const CudaBackend kTable{
     kCudaBackendAbi,
     sizeof(CudaBackend),
+    kCudaBackendLayout,
     &cuda_device_count,
     &cuda_alloc,
     &cuda_free,
