@@ -174,6 +174,11 @@ $(BUILD)/%.o: %.cpp
 # at -O3 and 1 min 35 s at -O1 on the 2-core machine.
 TEST_OPT ?= -O1
 $(BUILD)/tests/%.o: CXXFLAGS += $(TEST_OPT)
+# KERNEL_OPT: the CPU kernels' own level in a sanitizer tree (sanitize-build-asan: -O2). At the
+# sanitizers' -O1 our AVX2 kernels run unvectorised with every access checked: a 60-step training
+# run under ASan on the AVX2 path took 13.2 s at -O1, 8.6-9.0 s with these at -O2, same results.
+KERNEL_OPT ?=
+$(BUILD)/src/ops/cpu/%.o: CXXFLAGS += $(KERNEL_OPT)
 
 # CUDA translation units: nvcc with the host compiler's MPI flags (nvcc cannot drive mpicxx); -fPIC:
 # they make the plugin (a shared object) as well as the test binaries.
@@ -272,7 +277,7 @@ sanitize-build: sanitize-build-asan sanitize-build-tsan
 
 sanitize-build-asan:
 	@OMPI_CXX=clang++ $(MAKE) --no-print-directory USE_CUDA=0 BUILD=build/asan BIN=build/asan/mnist_ddp \
-	  SANITIZE="$(SANITIZE_FLAGS)" build/asan/mnist_ddp build/asan/tests/unit_tests build/asan/tests/mpi_tests
+	  SANITIZE="$(SANITIZE_FLAGS)" KERNEL_OPT=-O2 build/asan/mnist_ddp build/asan/tests/unit_tests build/asan/tests/mpi_tests
 
 sanitize-build-tsan:
 	@$(MAKE) --no-print-directory USE_CUDA=0 BUILD=build/tsan BIN=build/tsan/mnist_ddp \
@@ -299,7 +304,7 @@ fuzz:
 
 fuzz-build:
 	@OMPI_CXX=clang++ $(MAKE) --no-print-directory USE_CUDA=0 BUILD=build/asan BIN=build/asan/mnist_ddp \
-	  SANITIZE="$(SANITIZE_FLAGS)" lib-objs
+	  SANITIZE="$(SANITIZE_FLAGS)" KERNEL_OPT=-O2 lib-objs
 	@OMPI_CXX=clang++ $(MAKE) --no-print-directory USE_CUDA=0 BUILD=build/fuzz BIN=build/fuzz/mnist_ddp \
 	  FUZZ_BASE=build/asan SANITIZE="$(FUZZ_FLAGS)" $(FUZZ_TARGETS:%=build/fuzz/fuzz/fuzz_%)
 
