@@ -40,18 +40,12 @@ gtest() {
 shell() {
   local name; name=$(basename "$1" .sh)
   echo "== $name"
-  local t0=$SECONDS paused=""
-  # straggler_test scores ranks' compute against each other's: CI's background build (.ci/run
-  # names its process group) is stopped meanwhile, since a build waiting for every idle moment
-  # delays a rank's wake-ups by milliseconds and made a healthy run name a straggler.
-  if [[ $name == straggler_test && -n "${MNIST_DDP_PAUSE_PGID:-}" ]] &&
-     kill -STOP -- "-$MNIST_DDP_PAUSE_PGID" 2>/dev/null; then
-    paused=1
-    echo "   (CI's background build, process group $MNIST_DDP_PAUSE_PGID, paused for it)"
-  fi
+  local t0=$SECONDS
   bash "$1" >"$LOG/$name.log" 2>&1
   local rc=$? ok bad
-  [[ -n $paused ]] && kill -CONT -- "-$MNIST_DDP_PAUSE_PGID" 2>/dev/null
+  # A script that paused CI's background build (pause_background, tests/e2e/lib.sh) and died
+  # before resuming it must not leave it stopped: CI would wait for it forever.
+  [[ -n "${MNIST_DDP_PAUSE_PGID:-}" ]] && kill -CONT -- "-$MNIST_DDP_PAUSE_PGID" 2>/dev/null
   ok=$(grep -c "^ok - " "$LOG/$name.log")
   bad=$(grep -c "^not ok - " "$LOG/$name.log")
   skip=$(grep -c "^skip - " "$LOG/$name.log")

@@ -9,6 +9,7 @@ source "$(dirname "$0")/lib.sh"
 DATA="$(small_data)"
 # 2 ranks, windows of 5 steps (4 to 8 windows a run) on the 6,000-image subset.
 COMMON=(--device cpu --data "$DATA" --epochs 2 --progress off --straggler-every 5 --log-every 5)
+pause_background "every case here compares ranks' compute"
 # named LOG: the ranks the run's straggler warnings name ("1 backward" per line).
 named() { sed -n 's/^straggler: rank \([0-9]*\) (host [^,]*, [^)]*) is slow in \([a-z]*\):.*/\1 \2/p' "$1" | sort -u | tr '\n' ';'; }
 records() {  # the JSONL straggler records: "rank phase state" per line
@@ -99,4 +100,5 @@ if ((cc_ok)); then
 else
   fail "check_cluster_bad_flags" "${cc_lines[@]}"
 fi
+resume_background
 finish

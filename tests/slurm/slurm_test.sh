@@ -358,6 +358,7 @@ fi
 stop_slow  # unthrottled, even where an earlier run that was killed left its cgroup throttled
 exit_of() { scontrol show job "$1" | grep -o ' ExitCode=[0-9]*' | cut -d= -f2; }
 # Both checks write to one --out folder: a rerun must not trip over the first one's checkpoints.
+pause_background "check_cluster and the slowed-node training run score nodes against each other"
 CC=(--data "$SMALL" --steps 30 --rounds 2)
 OUT="$TMP/cc_ok.out"
 id=$(sbatch --parsable -N2 --ntasks-per-node=4 -o "$OUT" slurm/check_cluster.sh "${CC[@]}" --out "$TMP/cc")
@@ -386,6 +387,7 @@ for ((i = 0; i < 600; i++)); do grep -q "^data: " "$OUT" 2>/dev/null && break; s
 slow_node
 STATE=$(job_wait "$id" 300)
 stop_slow
+resume_background
 unset MNIST_DDP_CKPT MNIST_DDP_LOGS
 first=$(grep -A2 "^nodes (compute per step" "$OUT" | sed -n 3p)
 if [[ "$STATE" == COMPLETED ]] && grep -qE "^  node2 +4-7 +[0-9.]+ +0\.[0-6][0-9]  SLOW$" <<<"$first" &&
