@@ -363,7 +363,7 @@ clean:
 	rm -rf $(BUILD) $(BIN) $(CUDA_PLUGIN)
 
 help:
-	@echo "make          build ./mnist_ddp (prints what was found)"
+	@echo "make          build ./mnist_ddp (prints what was found), with CUDA also its GPU backend ./libmnist_ddp_cuda.so"
 	@echo "make ARCH=x86-64-v3  that instruction set's build in build/x86-64-v3/ (bench/compare_isa.sh: AVX2 vs native)"
 	@echo "make run      install deps, fetch data, train on 2 CPU ranks (ARGS='--epochs 1' to pass flags,"
 	@echo "              DEVICE=cuda for the GPU)"

@@ -32,6 +32,7 @@ struct Plugin {
   std::once_flag once;
   const CudaBackend* table = nullptr;
   std::string path, error;
+  bool foreign = false;  // it loaded, but is not this build's plugin
 };
 
 Plugin& plugin() {
@@ -57,7 +58,7 @@ const CudaBackend* loaded() {
     const CudaBackend* t = entry != nullptr ? entry() : nullptr;
     if (t == nullptr || t->abi != kCudaBackendAbi || t->size != sizeof(CudaBackend) ||
         t->layout != kCudaBackendLayout) {
-      p.error = "not the CUDA backend of this mnist_ddp build (rebuild: make)";
+      p.foreign = true;
       return;
     }
     p.table = t;
@@ -67,6 +68,13 @@ const CudaBackend* loaded() {
 
 const CudaBackend& backend() {
   if (const CudaBackend* t = loaded()) return *t;
+  if (plugin().foreign) {
+    throw UserError(fmt::format(
+        "{} is not the GPU backend of this mnist_ddp build (another build's, or another library): "
+        "rebuild both with make, or point MNIST_DDP_CUDA_BACKEND at the libmnist_ddp_cuda.so "
+        "built with this binary",
+        plugin().path));
+  }
   std::error_code ec;
   if (!std::filesystem::exists(plugin().path, ec)) {
     throw UserError(fmt::format(

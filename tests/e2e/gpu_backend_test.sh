@@ -60,5 +60,14 @@ else
   else
     fail "missing_plugin rc=$RC" "$(show)"
   fi
+  # 5. Another shared library in its place (a mistyped MNIST_DDP_CUDA_BACKEND): loaded, no entry
+  #    point, refused with one error naming it; never called.
+  zlib=$(ldconfig -p | awk '/libz\.so\.1 .*x86-64/ { print $NF; exit }')
+  run foreign_plugin 60 env LD_LIBRARY_PATH="$TMP/driver" MNIST_DDP_CUDA_BACKEND="$zlib" "$BIN" --device cuda --print-env
+  if [[ -n "$zlib" && $RC -eq 2 ]] && [[ $(grep -c "mnist_ddp: error: $zlib is not the GPU backend of this mnist_ddp build" "$ERR") == 1 ]]; then
+    pass "foreign_library_as_plugin_is_one_clear_error (${zlib})"
+  else
+    fail "foreign_plugin zlib=$zlib rc=$RC" "$(show)"
+  fi
 fi
 finish
