@@ -59,7 +59,9 @@ BIN="$(command -v mnist_ddp || echo "$ROOT/mnist_ddp")"
 COMM_BENCH="$ROOT/build/bench/comm_bench"
 T0=$SECONDS
 left() { local l=$((BUDGET - (SECONDS - T0))); ((l < 10)) && l=10; echo "$l"; }
-RUN=(--device "$DEVICE" --data "$DATA" --epochs 1 --max-steps "$STEPS" --progress off --threads 1)
+# --epochs STEPS: --max-steps is what ends every run (an epoch has a step at least), also the run of
+# every task together, whose epochs are a world size shorter (8 steps on a 6,000-image set).
+RUN=(--device "$DEVICE" --data "$DATA" --epochs "$STEPS" --max-steps "$STEPS" --progress off --threads 1)
 
 # 1. Alone: one rank per node, every node at once, ROUNDS rounds.
 echo "check_cluster: ${#NODES[@]} node(s): ${NODES[*]}; $ROUNDS round(s) alone, then bandwidth, then all together"
@@ -78,8 +80,9 @@ done
 bus="-"
 rm -f "$OUTD/comm_bench.json"
 if ((${#NODES[@]} > 1)) && [[ -x "$COMM_BENCH" ]]; then
-  timeout "$(left)" srun --mpi=pmix -N "${#NODES[@]}" --ntasks-per-node=1 "$COMM_BENCH" \
-    --benchmark_filter='BM_AllreduceMpi/4194304$' --benchmark_format=json >"$OUTD/comm_bench.json" 2>"$OUTD/comm_bench.err"
+  # -n as well as -N: inside a batch job srun would otherwise start the job's task count.
+  timeout "$(left)" srun --mpi=pmix -N "${#NODES[@]}" -n "${#NODES[@]}" --ntasks-per-node=1 "$COMM_BENCH" \
+    --benchmark_filter='^BM_AllreduceMpi/4194304/' --benchmark_format=json >"$OUTD/comm_bench.json" 2>"$OUTD/comm_bench.err"
 fi
 # 3. Every task of the allocation, with straggler detection (windows of 10 steps).
 rm -rf "$OUTD/all"

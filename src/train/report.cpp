@@ -265,12 +265,28 @@ void Reporter::straggler(const StepPosition& at, const StragglerEvent& e,
 
 void Reporter::node_table(const std::vector<NodeRow>& rows, double threshold) {
   if (rows.empty()) return;
+  if (std::none_of(rows.begin(), rows.end(), [](const NodeRow& r) { return r.measured; })) {
+    // Not a table of zeros scored 1.00 (which reads as "every node healthy"): nothing was timed.
+    log_.info(fmt::format("nodes: not measured (no rank had {} timed steps in a window)",
+                          kMinStragglerWindowSteps));
+    return;
+  }
   std::string text = fmt::format(
       "nodes (compute per step over the run, waits for other ranks left out; score = the "
       "fastest node's / this one's, below {:.2f} is slow):\n  {:<16} {:>7} {:>16} {:>6}",
       threshold, "host", "ranks", "compute ms/step", "score");
   nlohmann::json nodes = nlohmann::json::array();
   for (const NodeRow& r : rows) {
+    if (!r.measured) {
+      // A node none of whose ranks was timed: no number, rather than a score of 1.
+      text += fmt::format("\n  {:<16} {:>7} {:>16} {:>6}", r.host, rank_list(r.ranks), "-", "-");
+      nodes.push_back({{"host", r.host},
+                       {"ranks", r.ranks},
+                       {"compute_ms", nullptr},
+                       {"score", nullptr},
+                       {"slow", false}});
+      continue;
+    }
     text += fmt::format("\n  {:<16} {:>7} {:>16.2f} {:>6.2f}{}", r.host, rank_list(r.ranks),
                         r.compute_ms, r.score, r.score < threshold ? "  SLOW" : "");
     nodes.push_back({{"host", r.host},

@@ -32,7 +32,6 @@ double compute_of(const PhaseSeconds& p) {
 
 // Words per rank in the window's allgather: steps, compute, the phases, the step.
 constexpr std::size_t kWindowWords = 3 + kPhases;
-constexpr double kMinWindowSteps = 5;  // timed steps a rank needs before its window is scored
 
 }  // namespace
 
@@ -114,12 +113,12 @@ std::vector<StragglerEvent> StragglerMonitor::end_window(Comm& control) {
   const std::size_t world = ranks_.size();
   std::vector<double> all(kWindowWords * world);
   control.allgather(std::span<const double>(mine), std::span<double>(all));
-  // A window with fewer than kMinWindowSteps timed steps on some rank is not scored: it goes on
-  // (every rank sees the same counts, so all carry it). The GPU times one step in 50, and a
+  // A window with fewer than kMinStragglerWindowSteps timed steps on some rank is not scored: it
+  // goes on (every rank sees the same counts, so all carry it). The GPU times one step in 50, and a
   // one-sample window flagged a healthy single-GPU run (first GPU run: "score 0.57").
   for (std::size_t r = 0; r < world; ++r) {
     const double n = all[r * kWindowWords];
-    if (n > 0 && n < kMinWindowSteps) return {};
+    if (n > 0 && n < kMinStragglerWindowSteps) return {};
   }
   steps_.clear();
   std::vector<RankWindow> windows(world);
@@ -174,6 +173,7 @@ std::vector<NodeRow> StragglerMonitor::node_table() const {
   double fastest = 0;
   for (auto& [host, row] : by_host) {
     row.compute_ms = median(medians[host]);
+    row.measured = row.compute_ms > 0;
     if (row.compute_ms > 0 && (fastest <= 0 || row.compute_ms < fastest)) fastest = row.compute_ms;
     rows.push_back(row);
   }

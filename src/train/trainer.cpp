@@ -506,7 +506,16 @@ TrainResult Trainer::run() {
     checkpoint("epoch end");
   }
   if (graphs_) report_.graphs(graphs_->captured(), replays_, micro_runs_);
-  if (stragglers_) report_.node_table(stragglers_->node_table(), stragglers_->threshold());
+  if (stragglers_) {
+    if (step_ % straggler_every_ != 0) {
+      // Collective (one allgather, the same decision on every rank: all stop at the same step):
+      // the last, partial window is scored too, so a run shorter than one window (8 steps at
+      // --straggler-every 10) still measures every node.
+      for (const StragglerEvent& e : stragglers_->end_window(comm_))
+        report_.straggler(position(), e, stragglers_->ranks(), stragglers_->threshold());
+    }
+    report_.node_table(stragglers_->node_table(), stragglers_->threshold());
+  }
   // End of training (a no-op when the epoch end just wrote this step).
   if (stop == 0) checkpoint("end");
   res.stop_signal = stop;

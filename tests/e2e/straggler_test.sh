@@ -81,6 +81,22 @@ if ((warned == 0)); then
 else
   fail "healthy runs: $warned warnings (or failures x100)" "$(grep -h '^straggler: ' "$TMP"/healthy_*.out)"
 fi
+# --- The end-of-run node table of a run shorter than one window ---------------------------------
+# 8 steps at --straggler-every 10: the last, partial window is scored at the end (check_cluster's
+# all-tasks run had 8 steps and printed 0.00 ms scored 1.00 for a node throttled to a quarter
+# core); 3 steps, fewer than a scored window needs: "not measured", never a table of zeros.
+run partial_window 60 mpirun -np 2 "$BIN" "${COMMON[@]}" --max-steps 8 --straggler-every 10 --log-dir "$TMP/pw" --checkpoint-dir "$TMP/pw"
+pw_row=$(grep -A2 "^nodes (compute per step" "$OUT" | sed -n 3p)
+pw_json=$(python3 -c "import json,sys; n=[json.loads(l) for l in open(sys.argv[1]) if '\"nodes\"' in l][-1]['nodes']; print(' '.join(f\"{r['host']}:{r['compute_ms']}\" for r in n))" "$TMP/pw/metrics.jsonl" 2>&1)
+run short_run 60 mpirun -np 2 "$BIN" "${COMMON[@]}" --max-steps 3 --straggler-every 10 --log-dir "$TMP/sr" --checkpoint-dir "$TMP/sr"
+if [[ $RC -eq 0 ]] && grep -qE "^  [^ ]+ +0-1 +[0-9]+\.[0-9]+ +1\.00$" <<<"$pw_row" && ! grep -q " 0\.00 " <<<"$pw_row" &&
+   [[ "$pw_json" =~ ^[^:]+:[0-9.]+$ && "$pw_json" != *":0.0" ]] &&
+   grep -q "^nodes: not measured (no rank had 5 timed steps in a window)$" "$OUT" &&
+   ! grep -q '"event":"nodes"' "$TMP/sr/metrics.jsonl"; then
+  pass "a_run_shorter_than_a_window_still_times_its_node_and_three_steps_say_not_measured ($(tr -s ' ' <<<"$pw_row"))"
+else
+  fail "partial window: rc=$RC row='$pw_row' json='$pw_json'" "$(grep '^nodes' "$OUT")" "$(show)"
+fi
 # slurm/check_cluster.sh's own mistakes: exit 3 and one line naming the flag (the Slurm suite runs
 # the check itself); outside an allocation it says so instead of measuring nothing.
 cc_ok=1 cc_lines=()

@@ -317,7 +317,9 @@ unset MNIST_DDP_RUNS
 # slurmd, which every task it starts inherits: a throttled node, as a real one is) while
 # slurm/check_cluster.sh runs over the allocation and while a training job runs. check_cluster
 # must pass the healthy allocation (exit 0) and name node2 in the slowed one (exit 1 or 2); the
-# training run's end-of-run table must put node2 first, SLOW.
+# training run's end-of-run table must put node2 first, SLOW. Each of check_cluster's measurements
+# must have a number: node2's score alone and together (the all-tasks run once timed nothing, 8
+# steps against windows of 10, and scored every node 1.00), the all-reduce's busbw.
 # (Before the cgroup, a loop stopped and continued node2's ranks with SIGSTOP/SIGCONT, finding
 # them by their environment: on 2 shared cores its searches watered the stops down (node2 0.76
 # once, where 0.3 was meant), ranks it had not found yet ran at full speed, and node1's alone
@@ -371,7 +373,8 @@ STATE=$(job_wait "$id" 300) slow_exit=$(exit_of "$id")
 stop_slow
 if [[ "$ok_exit" == 0 ]] && grep -q "^check_cluster: OK: 2 node(s) within the thresholds" <<<"$ok_table" &&
    [[ "$slow_exit" == 1 || "$slow_exit" == 2 ]] && grep -qE "^check_cluster: (WARN|CRITICAL): node2 \(JSON" "$OUT" &&
-   grep -qE "^node2 .* (WARN|CRITICAL)$" "$OUT" && grep -qE "^node1 .* OK$" "$OUT" &&
+   grep -qE "^node2 +[0-9]+ +0\.[0-9]+ +0\.[0-5][0-9]  (WARN|CRITICAL)$" "$OUT" && grep -qE "^node1 .* OK$" "$OUT" &&
+   grep -qE "^all-reduce between the nodes .*: busbw [0-9.]+ GB/s" <<<"$ok_table" &&
    python3 -c "import json,sys; d=json.load(open(sys.argv[1])); sys.exit(0 if d['slow_nodes']==['node2'] else 1)" "$TMP/cc/check_cluster.json"; then
   pass "check_cluster_passes_a_healthy_allocation_and_names_the_slowed_node (exit $ok_exit, then $slow_exit: $(grep -o 'noise: [^;]*' <<<"$ok_table"); slowed: $(grep -E '^node2 ' "$OUT" | tr -s ' '))"
 else

@@ -58,6 +58,9 @@ struct StragglerEvent {
   int windows_below = 0;
 };
 
+// Timed steps every rank needs before a window is scored (fewer: the window is carried on).
+inline constexpr int kMinStragglerWindowSteps = 5;
+
 // The end-of-run row of one node: its ranks, their compute per step (the median over its ranks
 // of each rank's median window), its score (the fastest node's / this one's).
 struct NodeRow {
@@ -65,6 +68,7 @@ struct NodeRow {
   std::vector<int> ranks;
   double compute_ms = 0;
   double score = 1;
+  bool measured = false;  // no rank of it had a scored window: compute_ms and score mean nothing
 };
 
 class StragglerMonitor {
