@@ -21,11 +21,15 @@ rm -rf "$RUNS" && mkdir -p "$RUNS" || exit 1
 : > "$RUNS/manifest.tsv"
 
 echo "== SGEMM rate (single core, the reference's denominator)"
-gflops=$(build/bench/ops_bench --benchmark_filter='BM_Sgemm/1024$' --benchmark_min_time=1 \
+# OpenBLAS's own choice of kernels for this CPU, whatever OPENBLAS_CORETYPE the environment sets
+# (one machine of this project's exported Haswell: an AVX2 SGEMM as the AVX-512 build's reference).
+blas_core=$(env -u OPENBLAS_CORETYPE OPENBLAS_VERBOSE=2 build/bench/ops_bench --benchmark_filter='^$' 2>&1 |
+  sed -n 's/^Core: //p' | head -1)
+gflops=$(env -u OPENBLAS_CORETYPE build/bench/ops_bench --benchmark_filter='BM_Sgemm/1024$' --benchmark_min_time=1 \
            --benchmark_format=json 2>/dev/null | python3 -c \
            'import json,sys; print(json.load(sys.stdin)["benchmarks"][0]["GFLOP/s"]/1e9)' 2>/dev/null)
 [[ -n "$gflops" ]] || gflops=0
-echo "   ${gflops} GFLOP/s"
+echo "   ${gflops} GFLOP/s (OpenBLAS kernels: ${blas_core:-unknown})"
 
 port=29600
 for ((r = 1; r <= ROUNDS; r++)); do
