@@ -7,6 +7,8 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 source tests/mpi_env.sh
 LOG="$(mktemp -d /tmp/mnist_ddp_tests.XXXXXX)"
+# When the build was done and the tests began (CI's stage lines carry the same clock).
+echo "== tests begin at $(date +%T)"
 source tests/suite_lib.sh
 
 # LAYERS (argument, default all): unit mpi e2e slurm. FILTER: a GoogleTest filter for the unit
