@@ -267,7 +267,7 @@ void Reporter::node_table(const std::vector<NodeRow>& rows, double threshold) {
   if (rows.empty()) return;
   if (std::none_of(rows.begin(), rows.end(), [](const NodeRow& r) { return r.measured; })) {
     // Not a table of zeros scored 1.00 (which reads as "every node healthy"): nothing was timed.
-    log_.info(fmt::format("nodes: not measured (no rank had {} timed steps in a window)",
+    log_.info(fmt::format("nodes: not measured (no window had {} timed steps on every rank)",
                           kMinStragglerWindowSteps));
     return;
   }
