@@ -46,6 +46,7 @@ TEST(Stragglers, TheSlowRankIsNamedAfterTwoWindowsAndRecoversAfterTwo) {
   const auto table = m.node_table();
   ASSERT_EQ(table.size(), n > 1 && n / 2 > 0 ? 2u : 1u);
   EXPECT_EQ(table[0].host, "nodeB");
+  EXPECT_TRUE(table[0].measured && table[1].measured);
   EXPECT_LT(table[0].score, 0.7);
   EXPECT_EQ(table[1].host, "nodeA");
   EXPECT_DOUBLE_EQ(table[1].score, 1);
@@ -67,13 +68,15 @@ TEST(Stragglers, WindowsWithTooFewTimedStepsAreCarriedNotScored) {
   for (int w = 0; w < 4; ++w) {
     m.add(w == 0 && first_slow ? slow : fast);
     EXPECT_TRUE(m.end_window(world()).empty()) << "window " << w << " has " << w + 1 << " steps";
-    EXPECT_TRUE(m.node_table().empty() || m.node_table()[0].compute_ms == 0)
-        << "nothing scored yet";
+    ASSERT_EQ(m.node_table().size(), 1u);
+    EXPECT_FALSE(m.node_table()[0].measured) << "nothing scored yet";
+    EXPECT_EQ(m.node_table()[0].compute_ms, 0);
   }
   m.add(fast);
   EXPECT_TRUE(m.end_window(world()).empty());  // scored now: 5 steps, one slow (mean 1.36x)
   const auto table = m.node_table();
   ASSERT_EQ(table.size(), 1u);
+  EXPECT_TRUE(table[0].measured);
   // Rank 0's window: (4 * 17 + 47) / 5 = 23 ms; the node's value is the median over its ranks.
   const double expect = n == 1 ? 23.0 : (n == 2 ? (23.0 + 17.0) / 2 : 17.0);
   EXPECT_NEAR(table[0].compute_ms, expect, 1e-9);
