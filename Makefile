@@ -381,5 +381,5 @@ help:
 	@echo "make bundle   bundle/ for a GPU machine without MPI/HDF5 (then tools/gpu-suite.sh there)"
 	@echo "make clean    remove build/ and ./mnist_ddp"
 
--include $(CU_OBJS:.o=.d) $(LIB_OBJS:.o=.d) $(MAIN_OBJ:.o=.d) $(UNIT_OBJS:.o=.d) $(MPI_TEST_OBJS:.o=.d) $(BENCH_OBJS:.o=.d) $(BUILD)/bench/comm_bench.d $(BUILD)/bench/gpu_ops_bench.d $(BUILD)/bench/gpu_conv_algos.d \
+-include $(CU_OBJS:.o=.d) $(LIB_OBJS:.o=.d) $(MAIN_OBJ:.o=.d) $(MAIN_SEAM_OBJ:.o=.d) $(UNIT_OBJS:.o=.d) $(MPI_TEST_OBJS:.o=.d) $(BENCH_OBJS:.o=.d) $(BUILD)/bench/comm_bench.d $(BUILD)/bench/gpu_ops_bench.d $(BUILD)/bench/gpu_conv_algos.d \
   $(wildcard $(BUILD)/tests/fuzz/*.d)

@@ -70,4 +70,20 @@ else
     fail "foreign_plugin zlib=$zlib rc=$RC" "$(show)"
   fi
 fi
+
+# 6. The seam's header rebuilds both sides: a change to runtime/cuda_backend.hpp (kCudaBackendAbi)
+#    recompiles the binary's loader as well as the plugin's table. The loader's dependency file was
+#    once left out of make's -include list, so a bundle paired a new plugin with an old binary
+#    that refused it (caught by tools/rehearse-gpu-suite.sh before a GPU call, 2026-11-27).
+if [[ "$BIN" == "$REPO/mnist_ddp" && -e "$REPO/build/src/runtime/cuda_loader.d" ]]; then
+  plan=$(make -C "$REPO" --no-print-directory -n -W include/mnist_ddp/runtime/cuda_backend.hpp mnist_ddp 2>&1)
+  if grep -q -- '-o build/src/runtime/cuda_loader.o' <<<"$plan" &&
+     grep -q -- '-o build/src/runtime/cuda/backend_table.o' <<<"$plan"; then
+    pass "seam_header_rebuilds_loader_and_plugin_table"
+  else
+    fail "seam_header_rebuilds_loader_and_plugin_table: make -n -W cuda_backend.hpp plans" "$(grep -oE -- '-o [^ ]+' <<<"$plan")"
+  fi
+else
+  echo "skip - seam_header_rebuilds_loader_and_plugin_table (not the repository's default build: $BIN)"
+fi
 finish
