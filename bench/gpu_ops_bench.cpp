@@ -182,6 +182,11 @@ const GpuOp kOps[] = {
      [](Bench& b) { b.ops->conv2d_backward_filter(kConv2, b.p1.p, b.dc2.p, b.dw2.p, b.db2.p); }},
     {"Conv2BackwardData",
      [](Bench& b) { b.ops->conv2d_backward_data(kConv2, b.w2.p, b.dc2.p, b.dp1.p); }},
+    // The call a step makes: both at once, the filter gradient on a second stream.
+    {"Conv2BackwardBoth",
+     [](Bench& b) {
+       b.ops->conv2d_backward(kConv2, b.p1.p, b.w2.p, b.dc2.p, b.dw2.p, b.db2.p, b.dp1.p);
+     }},
     {"Bn1ReluPoolBackward",
      [](Bench& b) {
        b.ops->bn_relu_pool_backward(16, kBatch, 28, 28, b.c1.p, b.p1.p, b.dp1.p, b.arg1, b.gamma.p,

@@ -93,10 +93,11 @@ class GpuOps : public ::testing::Test {
 // unpadded 3x3 shapes whose last run reads its row segment 3-4 floats into the next row, the next
 // image and the zero margin, with scalar loads (width 7) and float4 loads (width 8).
 TEST_F(GpuOps, ConvolutionsMatchCpu) {
-  for (const ConvGeom g : {ConvGeom{8, 1, 28, 28, 16, 5, 2}, ConvGeom{100, 1, 28, 28, 16, 5, 2},
-                           ConvGeom{5, 1, 9, 7, 6, 3, 1}, ConvGeom{40, 1, 12, 10, 64, 5, 2},
-                           ConvGeom{9, 1, 7, 7, 64, 3, 0}, ConvGeom{9, 1, 6, 8, 64, 3, 0},
-                           ConvGeom{8, 16, 14, 14, 32, 5, 2}}) {
+  for (const ConvGeom g :
+       {ConvGeom{8, 1, 28, 28, 16, 5, 2}, ConvGeom{100, 1, 28, 28, 16, 5, 2},
+        ConvGeom{5, 1, 9, 7, 6, 3, 1}, ConvGeom{40, 1, 12, 10, 64, 5, 2},
+        ConvGeom{9, 1, 7, 7, 64, 3, 0}, ConvGeom{9, 1, 6, 8, 64, 3, 0},
+        ConvGeom{8, 16, 14, 14, 32, 5, 2}, ConvGeom{100, 16, 14, 14, 32, 5, 2}}) {
     std::printf("conv n=%d c=%d %dx%d k=%d r=%d pad=%d\n", g.n, g.c, g.h, g.w, g.k, g.r, g.pad);
     const int ihw = g.h * g.w, ohw = g.out_h() * g.out_w();
     const auto x = rnd(static_cast<std::size_t>(g.c) * g.n * ihw, 1);  // CNHW for the reference
@@ -158,6 +159,18 @@ TEST_F(GpuOps, ConvolutionsMatchCpu) {
       float* gdx = dev_zeros(x.size());
       gpu_->conv2d_backward_data(g, gw, gdy, gdx);
       expect_close("conv backward data", host(gdx, x.size()), nchw(g.c, g.n, ihw, dx), 1e-4, 1e-4);
+      // Both gradients in one call (the filter gradient on CudaOps' second stream, concurrent
+      // with the data gradient): bitwise the results of the two calls above, twice in a row (the
+      // second reuses the side stream's workspace and events).
+      for (int round = 0; round < 2; ++round) {
+        float* gdw4 = dev_zeros(w.size());
+        float* gdb4 = dev_zeros(g.k);
+        float* gdx4 = dev_zeros(x.size());
+        gpu_->conv2d_backward(g, gx, gw, gdy, gdw4, gdb4, gdx4);
+        EXPECT_EQ(host(gdw4, w.size()), host(gdw, w.size())) << "two-stream weight gradient";
+        EXPECT_EQ(host(gdb4, g.k), host(gdb, g.k)) << "two-stream bias gradient";
+        EXPECT_EQ(host(gdx4, x.size()), host(gdx, x.size())) << "two-stream data gradient";
+      }
     }
   }
 }

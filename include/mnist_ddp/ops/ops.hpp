@@ -7,8 +7,8 @@
 //              [N][C/B][H][W][B] activations (B = 16 with AVX-512, 8 with AVX2); the default
 //              CPU backend (2.5x faster convolutions).
 //   cuda:      src/ops/cuda/cuda_ops.cu, cuDNN convolutions, cuBLAS fc, own kernels (kernels.cu);
-//   NCHW, one
-//              stream.
+//              NCHW, one stream (and a second one inside conv2d_backward, joined before it
+//              returns).
 // Parameters and gradients are always in PyTorch's layout (OIHW conv weights, [out][in] fc).
 #pragma once
 
@@ -43,6 +43,13 @@ class Ops {
                                       float* db) = 0;
   virtual void conv2d_backward_data(const ConvGeom& g, const float* w, const float* dy,
                                     float* dx) = 0;
+  // Both gradients of one convolution: conv2d_backward_filter's dw and db and, where dx is not
+  // nullptr, conv2d_backward_data's dx, bitwise the same as those two calls in turn. The default
+  // (ops.cpp) makes them in turn; the CUDA backend runs the filter gradient on a second stream,
+  // concurrently with the data gradient (they read the same dy and write disjoint buffers), and
+  // joins it before returning.
+  virtual void conv2d_backward(const ConvGeom& g, const float* x, const float* w, const float* dy,
+                               float* dw, float* db, float* dx);
   // Training-BN statistics of x (c channels, n images of hw pixels, backend layout).
   virtual void batchnorm_stats(int c, int n, int hw, const float* x, double eps, double momentum,
                                float* save_mean, float* save_invstd, float* running_mean,

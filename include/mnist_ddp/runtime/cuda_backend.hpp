@@ -20,8 +20,9 @@
 
 namespace mnist_ddp {
 
-// Raised when the table's layout changes: a plugin from another build is refused, not called.
-inline constexpr int kCudaBackendAbi = 1;
+// Raised when the table's layout or a seam class's virtual functions change (2:
+// Ops::conv2d_backward): a plugin from another build is refused, not called.
+inline constexpr int kCudaBackendAbi = 2;
 
 // The sizes of the types that cross between the binary and the plugin, folded into one number
 // that each side compiles from its own headers: a plugin built from other headers is refused

@@ -96,7 +96,8 @@ struct ConvPlan {
   // (direct_conv.cuh) instead of cuDNN; wgrad_partials is their split reduction's scratch.
   bool direct = false;
   float* wgrad_partials = nullptr;
-  double* fwd_moments = nullptr;  // [2 * K * N]: the forward's BN partial moments of y
+  std::size_t bwd_filter_bytes = 0;  // cuDNN's workspace for bwd_filter
+  double* fwd_moments = nullptr;     // [2 * K * N]: the forward's BN partial moments of y
   ~ConvPlan() {
     if (x) cudnnDestroyTensorDescriptor(x);
     if (y) cudnnDestroyTensorDescriptor(y);
@@ -127,6 +128,13 @@ class CudaOps final : public Ops {
     CUDA_CHECK(cudaStreamCreate(&stream_));  // blocking: the legacy stream waits for it
     CUDNN_CHECK(cudnnCreate(&cudnn_));
     CUDNN_CHECK(cudnnSetStream(cudnn_, stream_));
+    // conv2d_backward's second stream (blocking too, so the legacy-stream copies wait for it as
+    // well), with a cuDNN handle of its own bound to it.
+    CUDA_CHECK(cudaStreamCreate(&side_));
+    CUDNN_CHECK(cudnnCreate(&cudnn_side_));
+    CUDNN_CHECK(cudnnSetStream(cudnn_side_, side_));
+    CUDA_CHECK(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming));
+    CUDA_CHECK(cudaEventCreateWithFlags(&join_, cudaEventDisableTiming));
     CUBLAS_CHECK(cublasCreate(&cublas_));
     // The stream first: cublasSetStream resets the workspace to cuBLAS's own pool, and an explicit
     // workspace keeps cuBLAS from allocating while a step is being captured.
@@ -152,6 +160,7 @@ class CudaOps final : public Ops {
     plans_.clear();
     linear_.clear();
     if (workspace_) cudaFree(workspace_);
+    if (side_workspace_) cudaFree(side_workspace_);
     for (void* p : retired_) cudaFree(p);
     for (auto* p : {dev_images_[0], dev_images_[1], dev_labels_[0], dev_labels_[1]})
       if (p) cudaFree(p);
@@ -168,6 +177,10 @@ class CudaOps final : public Ops {
     cublasDestroy(cublas_);
     cudaFree(cublas_workspace_);
     cudnnDestroy(cudnn_);
+    cudnnDestroy(cudnn_side_);
+    cudaEventDestroy(fork_);
+    cudaEventDestroy(join_);
+    cudaStreamDestroy(side_);
     cudaStreamDestroy(stream_);
   }
   Device device() const override { return Device::Cuda; }
@@ -205,27 +218,66 @@ class CudaOps final : public Ops {
       CUDA_CHECK(cudaGetLastError());
       return;
     }
+    filter_gradient(p, cudnn_, workspace_, workspace_bytes_, x, dy, dw, db);
+  }
+  // Both gradients of layer2 at once: the filter gradient on side_ while the data gradient runs on
+  // stream_ (each alone fills a fraction of the GPU at batch 100). The direct kernels (layer1)
+  // and --amp's 16-bit copies (both directions share the 16-bit dy) keep them in turn.
+  void conv2d_backward(const ConvGeom& g, const float* x, const float* w, const float* dy,
+                       float* dw, float* db, float* dx) override {
+    ConvPlan& p = plan(g);
+    if (dx == nullptr || p.direct || p.half) {
+      conv2d_backward_filter(g, x, dy, dw, db);
+      if (dx != nullptr) conv2d_backward_data(g, w, dy, dx);
+      return;
+    }
+    if (!p.has_bwd_data) choose_backward_data(g, p);  // first use: an eager step, never captured
+    // The side stream's own workspace (the main one is the data gradient's meanwhile), grown on
+    // first use, which is an eager step: a captured graph never sees it grow.
+    if (p.bwd_filter_bytes > side_workspace_bytes_) {
+      if (side_workspace_) retired_.push_back(side_workspace_);
+      CUDA_CHECK(cudaMalloc(&side_workspace_, p.bwd_filter_bytes));
+      side_workspace_bytes_ = p.bwd_filter_bytes;
+    }
+    // Fork: side_ waits for everything queued on stream_ so far (dy and x are written there).
+    // While capturing, this event pulls side_ into the same graph as a parallel branch.
+    CUDA_CHECK(cudaEventRecord(fork_, stream_));
+    CUDA_CHECK(cudaStreamWaitEvent(side_, fork_, 0));
+    filter_gradient(p, cudnn_side_, side_workspace_, side_workspace_bytes_, x, dy, dw, db);
+    CUDA_CHECK(cudaEventRecord(join_, side_));
+    data_gradient(p, w, dy, dx);
+    // Join: whatever follows on stream_ (the gradient bucket's all-reduce, the next layer's
+    // backward, the end of a capture) waits for dw and db.
+    CUDA_CHECK(cudaStreamWaitEvent(stream_, join_, 0));
+  }
+  // cuDNN's filter and bias gradients of a non-direct plan on `handle` with its workspace.
+  void filter_gradient(ConvPlan& p, cudnnHandle_t handle, void* workspace, std::size_t ws_bytes,
+                       const float* x, const float* dy, float* dw, float* db) {
     const float one = 1.f, zero = 0.f;
     if (p.half) {
       // The weight gradient is produced in 16 bits (an fp16 overflow becomes inf: the scaler
       // skips the step) and widened into the fp32 gradient arena.
       cast_to16(x, p.hx, p.x_elems);
       cast_to16(dy, p.hdy, p.y_elems);
-      CUDNN_CHECK(cudnnConvolutionBackwardFilter(cudnn_, &one, p.x, p.hx, p.y, p.hdy,
-                                                 p.conv_bwd_filter, p.bwd_filter, workspace_,
-                                                 workspace_bytes_, &zero, p.w, p.hdw));
+      CUDNN_CHECK(cudnnConvolutionBackwardFilter(handle, &one, p.x, p.hx, p.y, p.hdy,
+                                                 p.conv_bwd_filter, p.bwd_filter, workspace,
+                                                 ws_bytes, &zero, p.w, p.hdw));
       cast_from16(p.hdw, dw, p.w_elems);
     } else {
-      CUDNN_CHECK(cudnnConvolutionBackwardFilter(cudnn_, &one, p.x, x, p.y, dy, p.conv_bwd_filter,
-                                                 p.bwd_filter, workspace_, workspace_bytes_, &zero,
-                                                 p.w, dw));
+      CUDNN_CHECK(cudnnConvolutionBackwardFilter(handle, &one, p.x, x, p.y, dy, p.conv_bwd_filter,
+                                                 p.bwd_filter, workspace, ws_bytes, &zero, p.w,
+                                                 dw));
     }
-    CUDNN_CHECK(cudnnConvolutionBackwardBias(cudnn_, &one, p.yf, dy, &zero, p.bias, db));
+    CUDNN_CHECK(cudnnConvolutionBackwardBias(handle, &one, p.yf, dy, &zero, p.bias, db));
   }
   void conv2d_backward_data(const ConvGeom& g, const float* w, const float* dy,
                             float* dx) override {
     ConvPlan& p = plan(g);
     if (!p.has_bwd_data) choose_backward_data(g, p);  // first use: an eager step, never captured
+    data_gradient(p, w, dy, dx);
+  }
+  // cuDNN's data gradient of a plan whose algorithm is chosen, on stream_.
+  void data_gradient(ConvPlan& p, const float* w, const float* dy, float* dx) {
     const float one = 1.f, zero = 0.f;
     if (p.half) {
       cast_to16(w, p.hw, p.w_elems);
@@ -675,6 +727,7 @@ class CudaOps final : public Ops {
     CUDNN_CHECK(cudnnGetConvolutionBackwardFilterWorkspaceSize(
         cudnn_, p->x, p->y, p->conv_bwd_filter, p->w, p->bwd_filter, &c));
     grow_workspace(std::max(a, c));
+    p->bwd_filter_bytes = c;
     return *plans_.emplace(key, std::move(p)).first->second;
   }
 
@@ -730,6 +783,12 @@ class CudaOps final : public Ops {
   bool tf32_;
   cudaStream_t stream_ = nullptr;
   cudnnHandle_t cudnn_ = nullptr;
+  // conv2d_backward's second stream: its cuDNN handle, workspace, and fork/join events.
+  cudaStream_t side_ = nullptr;
+  cudnnHandle_t cudnn_side_ = nullptr;
+  void* side_workspace_ = nullptr;
+  std::size_t side_workspace_bytes_ = 0;
+  cudaEvent_t fork_ = nullptr, join_ = nullptr;
   void* cublas_workspace_ = nullptr;
   double* loss_sum_ = nullptr;             // the training loss summed since take_loss_sum
   DeviceScalars* dev_scalars_ = nullptr;   // this step's values, read by captured kernels
