@@ -7,11 +7,13 @@
 // before fc is a copy). Semantics are the CPU reference's (cpu_kernels.hpp).
 //
 // Ordering: every op runs on one blocking stream (stream()), so a whole training step can be
-// captured into a CUDA graph (step_graph.hpp); the synchronous cudaMemcpy of upload/download/loss
-// run on the legacy default stream, which waits for that stream's work. NcclComm joins this
-// stream with events (Comm::bind_stream). The values that change per step (batch offset, lr) are
-// copied into device memory before the step (set_step_scalars), and the training loss is summed
-// on the device, so nothing inside a step needs the host.
+// captured into a CUDA graph (step_graph.hpp); conv2d_backward alone forks layer2's filter
+// gradient onto a second blocking stream and joins it by events before returning (a parallel
+// branch of the captured graph, never work left in flight). The synchronous cudaMemcpy of
+// upload/download/loss run on the legacy default stream, which waits for that stream's work.
+// NcclComm joins this stream with events (Comm::bind_stream). The values that change per step
+// (batch offset, lr) are copied into device memory before the step (set_step_scalars), and the
+// training loss is summed on the device, so nothing inside a step needs the host.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -86,6 +88,7 @@ struct ConvPlan {
   cudnnConvolutionBwdDataAlgo_t bwd_data{};
   bool has_bwd_data = false;  // chosen on first use: layer 1 never computes its input gradient
   cudnnConvolutionBwdFilterAlgo_t bwd_filter{};
+  std::size_t bwd_filter_bytes = 0;  // cuDNN's workspace need for bwd_filter (conv2d_backward's)
   cudnnDataType_t dtype = CUDNN_DATA_FLOAT;   // of x, y and w
   cudnnMathType_t math = CUDNN_DEFAULT_MATH;  // asked of the heuristics
   // --amp: 16-bit copies, owned by the plan so their addresses never change (graph replay).
@@ -96,8 +99,7 @@ struct ConvPlan {
   // (direct_conv.cuh) instead of cuDNN; wgrad_partials is their split reduction's scratch.
   bool direct = false;
   float* wgrad_partials = nullptr;
-  std::size_t bwd_filter_bytes = 0;  // cuDNN's workspace for bwd_filter
-  double* fwd_moments = nullptr;     // [2 * K * N]: the forward's BN partial moments of y
+  double* fwd_moments = nullptr;  // [2 * K * N]: the forward's BN partial moments of y
   ~ConvPlan() {
     if (x) cudnnDestroyTensorDescriptor(x);
     if (y) cudnnDestroyTensorDescriptor(y);
