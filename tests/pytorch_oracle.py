@@ -17,16 +17,25 @@ num_batches_tracked) to P.npz, as float32/int64.
 IN (little-endian): int32 n, int32 train(1)/frozen(0), float32 params[29034] (state_dict order),
 float32 buffers[96] (running_mean/var of layer1 then layer2), float32 x[n*784], int32 y[n].
 OUT: float64 loss, logits[n*10], grads[29034], buffers[96].
+
+Exit status 77 (and one line) where this Python has no torch or numpy: the model test skips on it
+instead of starting Python once more to ask first.
 """
 import os
 import sys
 
-import numpy as np
-import torch
-import torch.nn as nn
+try:
+    import numpy as np
+    import torch
+    import torch.nn as nn
+except ImportError as e:
+    print(f"pytorch_oracle.py: {sys.executable}: {e} (make deps installs python3-torch)", file=sys.stderr)
+    sys.exit(77)
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
-from convnet_torch import ConvNet  # noqa: E402
+from convnet_torch import ConvNet, keep_freed_memory  # noqa: E402
+
+keep_freed_memory()  # float64 convolutions: a page fault storm per call otherwise
 
 
 def main(inp, out):

@@ -1,5 +1,6 @@
 """convnet_torch.py — the PyTorch side shared by the Python tools and tests: the ConvNet (the
 same layers, names and shapes as mnist_ddp) and an MNIST-format IDX reader (raw or .gz)."""
+import ctypes
 import gzip
 import os
 import struct
@@ -20,6 +21,24 @@ class ConvNet(nn.Module):
     def forward(self, x):
         out = self.layer2(self.layer1(x))
         return self.fc(out.reshape(out.size(0), -1))
+
+
+def keep_freed_memory():
+    """Let glibc's malloc keep what PyTorch frees on the CPU, for the process's life.
+
+    PyTorch's CPU convolutions allocate and free a buffer per call (im2col: 627 MB for layer2 at a
+    batch of 1000 in float64). glibc serves blocks over its mmap threshold with mmap and returns
+    them, and trims the heap's top, so every call page-faults its buffer in again. Measured on a
+    2-core VM: the float64 DDP oracle of tests/e2e/accumulate_test.sh 26 -> 7.6 s for 2 ranks,
+    evaluating 10,000 images at a batch of 1,000 7-9 -> 1.2 s; the results are bitwise the same.
+    A no-op where the C library is not glibc."""
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:
+        return
+    m_trim_threshold, m_mmap_threshold = -1, -3  # malloc.h
+    libc.mallopt(m_mmap_threshold, ctypes.c_int(1 << 30))
+    libc.mallopt(m_trim_threshold, ctypes.c_int(2**31 - 1))
 
 
 def read_idx(path):

@@ -22,7 +22,7 @@ import torch
 import torch.nn as nn
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from convnet_torch import ConvNet, find, read_idx  # noqa: E402
+from convnet_torch import ConvNet, find, keep_freed_memory, read_idx  # noqa: E402
 
 
 def load_state_dict(path):
@@ -51,6 +51,7 @@ def evaluate(model, data_dir, transform):
         train = read_idx(find(data_dir, "train-images-idx3-ubyte")).astype(np.float64) / 255.0
         transform = (train.mean(), train.std())
     mean, std = transform
+    keep_freed_memory()  # batches of 1,000: 11 -> 4 s for the 10,000 images on a 2-core VM
     x = read_idx(find(data_dir, "t10k-images-idx3-ubyte")).astype(np.float32) / 255.0
     y = torch.from_numpy(read_idx(find(data_dir, "t10k-labels-idx1-ubyte")).astype(np.int64))
     x = torch.from_numpy((x - np.float32(mean)) / np.float32(std)).unsqueeze(1)

@@ -18,7 +18,7 @@ PARAM_BYTES=116136
 #    and float64 runs), which no implementation could meet; at lr 0.002, momentum 0.5 it stays
 #    near 4e-6, while a different step (the union batch, below) is off by 2e-4.
 ACC_SGD=(--lr 0.002 --momentum 0.5)
-if $PY -c "import torch, h5py" 2>/dev/null; then
+if py_has $PY torch h5py; then
   mkdir -p "$TMP/pt"
   $PY -c "
 import sys, torch

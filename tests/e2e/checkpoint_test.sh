@@ -267,7 +267,7 @@ fi
 # This and the README snippet run Python only: the sanitizers' run leaves both to make test.
 if [[ -n "${MNIST_DDP_SANITIZER:-}" ]]; then
   echo "skip - export_to_pytorch, readme_snippet (Python only, no mnist_ddp launch: the $MNIST_DDP_SANITIZER run leaves them to make test)"
-elif $PY -c "import torch, h5py" 2>/dev/null; then
+elif py_has $PY torch h5py; then
   ours=$($PY -c "import json; print([json.loads(l) for l in open('$TMP/A/log/metrics.jsonl') if '\"done\"' in l][-1]['top1'])")
   theirs=$($PY "$REPO/tools/export_to_pytorch.py" "$TMP/A/ckpt-00000075.h5" --eval "$DATA" -o "$TMP/convnet.pt" |
            $PY -c "import json,sys; print(json.load(sys.stdin)['top1'])")
@@ -284,7 +284,7 @@ fi
 # Its text is taken from README.md (not a copy), pointed at a real checkpoint, and given the raw
 # uint8 test images: its accuracy must equal mnist_ddp's own evaluation of that checkpoint within
 # 0.1 point, with the transform read from the checkpoint alone.
-if [[ -z "${MNIST_DDP_SANITIZER:-}" ]] && $PY -c "import torch, h5py" 2>/dev/null; then
+if [[ -z "${MNIST_DDP_SANITIZER:-}" ]] && py_has $PY torch h5py; then
   awk '/^```python/{f=1;next} /^```/{if(f)exit} f' "$REPO/README.md" |
     sed "s|checkpoints/ckpt-00000600.h5|$TMP/A/ckpt-00000075.h5|" > "$TMP/snippet.py"
   cat >> "$TMP/snippet.py" <<PY

@@ -48,6 +48,10 @@ run() {
   timeout --kill-after=10 "$limit" "$@" >"$OUT" 2>"$ERR"
   RC=$?
   SECS=$(elapsed "$t0")
+  # MNIST_DDP_TEST_TIMES=FILE: one line per launch (script, name, seconds), to find where a
+  # suite's time goes (CI keeps under 30 minutes on 2 cores).
+  [[ -n "${MNIST_DDP_TEST_TIMES:-}" ]] && echo "$(basename "$0" .sh) $name $SECS" >>"$MNIST_DDP_TEST_TIMES"
+  return 0
 }
 
 # pause_background / resume_background: around what scores ranks' or nodes' compute against each
@@ -63,6 +67,13 @@ pause_background() {
 resume_background() {
   [[ -n "${MNIST_DDP_PAUSE_PGID:-}" ]] && kill -CONT -- "-$MNIST_DDP_PAUSE_PGID" 2>/dev/null
   return 0
+}
+
+# py_has PYTHON MODULE...: true when PYTHON can find every MODULE, without importing them
+# (importing torch costs ~2 s a probe; a module found but broken fails the test that uses it).
+py_has() {
+  local py="$1"; shift
+  "$py" -c 'import importlib.util as u, sys; sys.exit(0 if all(u.find_spec(m) for m in sys.argv[1:]) else 1)' "$@" 2>/dev/null
 }
 
 show() { echo "--- stdout"; tail -n 15 "$OUT"; echo "--- stderr"; tail -n 15 "$ERR"; }
