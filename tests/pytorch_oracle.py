@@ -28,7 +28,9 @@ try:
     import numpy as np
     import torch
     import torch.nn as nn
-except ImportError as e:
+except ModuleNotFoundError as e:
+    if e.name not in ("numpy", "torch"):
+        raise  # torch or numpy installed but broken: a failure, not a skip
     print(f"pytorch_oracle.py: {sys.executable}: {e} (make deps installs python3-torch)", file=sys.stderr)
     sys.exit(77)
 

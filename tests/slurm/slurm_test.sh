@@ -371,7 +371,10 @@ pin_nodes() {  # pin_nodes CPULIST: both slurmds' threads to CPULIST
   for n in node1 node2; do taskset -a -pc "$1" "$(<"$CL/slurmd-$n.pid")" >/dev/null || return 1; done
 }
 ALL_CPUS=$(taskset -pc $$ | sed 's/.*: //')
-pin_nodes "$PIN_CPU" || echo "(could not pin the slurmds to cpu $PIN_CPU: check_cluster's nodes may get cores of different speed)"
+if ! pin_nodes "$PIN_CPU"; then  # both or neither: one pinned node would be the slow one
+  pin_nodes "$ALL_CPUS"
+  echo "(could not pin the slurmds to cpu $PIN_CPU: check_cluster's nodes may get cores of different speed)"
+fi
 # Both checks write to one --out folder: a rerun must not trip over the first one's checkpoints.
 pause_background "check_cluster and the slowed-node training run score nodes against each other"
 CC=(--data "$SMALL" --steps 30 --rounds 2)
@@ -384,13 +387,13 @@ OUT="$TMP/cc_slow.out"
 id=$(sbatch --parsable -N2 --ntasks-per-node=4 -o "$OUT" slurm/check_cluster.sh "${CC[@]}" --out "$TMP/cc")
 STATE=$(job_wait "$id" 300) slow_exit=$(exit_of "$id")
 stop_slow
-pin_nodes "$ALL_CPUS" || echo "(could not unpin the slurmds from cpu $PIN_CPU)"
+pin_nodes "$ALL_CPUS" || echo "(could not unpin the slurmds from cpu $PIN_CPU: the training run below shares it)"
 if [[ "$ok_exit" == 0 ]] && grep -q "^check_cluster: OK: 2 node(s) within the thresholds" <<<"$ok_table" &&
    [[ "$slow_exit" == 1 || "$slow_exit" == 2 ]] && grep -qE "^check_cluster: (WARN|CRITICAL): node2 \(JSON" "$OUT" &&
    grep -qE "^node2 +[0-9]+ +0\.[0-9]+ +0\.[0-5][0-9]  (WARN|CRITICAL)$" "$OUT" && grep -qE "^node1 .* OK$" "$OUT" &&
    grep -qE "^all-reduce between the nodes .*: busbw [0-9.]+ GB/s" <<<"$ok_table" &&
    python3 -c "import json,sys; d=json.load(open(sys.argv[1])); sys.exit(0 if d['slow_nodes']==['node2'] else 1)" "$TMP/cc/check_cluster.json"; then
-  pass "check_cluster_passes_a_healthy_allocation_and_names_the_slowed_node (exit $ok_exit, then $slow_exit: healthy $(grep -E '^node[12] ' <<<"$ok_table" | awk '{print $1, $3, $4}' | paste -sd ' '), $(grep -o 'noise: [^;]*' <<<"$ok_table"); slowed: $(grep -E '^node2 ' "$OUT" | tr -s ' '))"
+  pass "check_cluster_passes_a_healthy_allocation_and_names_the_slowed_node (exit $ok_exit, then $slow_exit: healthy $(grep -E '^node[12] ' <<<"$ok_table" | awk '{print $1, $3, $4}' | paste -sd ' '), $(grep -o 'noise: [^;]*' <<<"$ok_table"); $(grep -o 'busbw [0-9.]* GB/s' <<<"$ok_table"); slowed: $(grep -E '^node2 ' "$OUT" | tr -s ' '))"
 else
   fail "check_cluster ok_exit=$ok_exit slow_exit=$slow_exit" "--- healthy" "$ok_table" "--- node2 slowed" "$(cat "$OUT")"
 fi

@@ -103,8 +103,12 @@ OracleAnswer ask_pytorch(const std::string& input, std::size_t count) {
     EXPECT_EQ(status, 0) << "tests/pytorch_oracle.py failed";
     if (status != 0) return a;  // not remembered: the next test reports it again
     a.values.resize(count);
-    std::ifstream(out, std::ios::binary)
-        .read(reinterpret_cast<char*>(a.values.data()), std::streamsize(count * 8));
+    std::ifstream f(out, std::ios::binary);
+    f.read(reinterpret_cast<char*>(a.values.data()), std::streamsize(count * 8));
+    if (f.gcount() != std::streamsize(count * 8)) {
+      ADD_FAILURE() << out << ": " << f.gcount() << " bytes where the oracle writes " << count * 8;
+      return {};  // not remembered either
+    }
   }
   return answers.emplace(input, std::move(a)).first->second;
 }
