@@ -1,5 +1,6 @@
 """convnet_torch.py — the PyTorch side shared by the Python tools and tests: the ConvNet (the
-same layers, names and shapes as mnist_ddp) and an MNIST-format IDX reader (raw or .gz)."""
+same layers, names and shapes as mnist_ddp), an MNIST-format IDX reader (raw or .gz), and
+keep_freed_memory() for the scripts that run PyTorch's CPU kernels at large batches."""
 import ctypes
 import gzip
 import os
