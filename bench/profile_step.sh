@@ -30,11 +30,18 @@ for v in "$EPOCHS" "$RANKS" "$BATCH" "$START_S"; do
     exit 2
   fi
 done
+OUT=bench/results/profile_step
+# One run at a time: each starts by clearing $OUT, which would pull a running one's files away.
+mkdir -p bench/results
+exec 9>bench/results/.profile_step.lock
+if ! flock -n 9; then
+  echo "profile_step.sh: another bench/profile_step.sh is running in this checkout ($OUT is its); wait for it to finish" >&2
+  exit 2
+fi
 if ! command -v perf >/dev/null; then
   echo "profile_step.sh: perf is not installed; on Debian: apt-get install linux-perf" >&2
   exit 2
 fi
-OUT=bench/results/profile_step
 rm -rf "$OUT" && mkdir -p "$OUT"
 V3=x86-64-v3
 if [[ $PATH_KIND == native ]]; then
@@ -76,7 +83,7 @@ def group(dso, sym):
     if re.search(r"blocked::.*\b(conv_forward|filter_grad|image_rows?|forward_tile|forward_rows|lane_row|"
                  r"unit_grad|pad_image|add_to|image_conv_forward|image_filter_grad|channel_filter_grad)\b", sym):
         return groups[1]
-    if re.search(r"blocked::.*\b(stats_pass|grad_sums_pass|stats_sums_b|grad_sums_b|forward_b|backward_b|backward_nt|"
+    if re.search(r"blocked::.*\b(stats_pass|grad_sums_pass|stats_sums_b|grad_sums_b|forward_b|backward_b|"
                  r"window_\w+|forward_apply_b|backward_apply_b|store_sums|bn_relu_pool_\w+|"
                  r"batchnorm_stats|stats_b)\b", sym):
         return groups[2]

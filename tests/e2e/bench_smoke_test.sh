@@ -52,6 +52,21 @@ if [[ $run_isa -eq 2 && "$err_isa" == *"positive whole numbers; got 'one'"* && $
 else
   fail "compare benches: isa rc=$run_isa builds rc=$RC" "$err_isa" "$(show)"
 fi
+# The step profiler: a wrong path or number is refused before anything runs, and so is a second
+# run while one holds the checkout's bench/results/profile_step (the lock held here, by flock).
+run profile_step_bad_path 30 "$REPO/bench/profile_step.sh" avx512
+prof_path=$RC; err_path=$(cat "$ERR")
+run profile_step_bad_ranks 30 "$REPO/bench/profile_step.sh" native 1 0
+prof_ranks=$RC; err_ranks=$(cat "$ERR")
+mkdir -p "$REPO/bench/results"
+run profile_step_busy 30 flock "$REPO/bench/results/.profile_step.lock" "$REPO/bench/profile_step.sh" native
+if [[ $prof_path -eq 2 && "$err_path" == *"[native|avx2]"*"got path 'avx512'"* &&
+      $prof_ranks -eq 2 && "$err_ranks" == *"positive whole numbers; got '0'"* &&
+      $RC -eq 2 ]] && grep -q "another bench/profile_step.sh is running" "$ERR"; then
+  pass "profile_step_refuses_bad_arguments_and_a_second_run"
+else
+  fail "profile_step: path rc=$prof_path ranks rc=$prof_ranks busy rc=$RC" "$err_path" "$err_ranks" "$(show)"
+fi
 GB="$REPO/build/bench/gpu_ops_bench"
 if [[ ! -x $GB ]]; then
   fail "gpu_ops_bench missing (make build/bench/gpu_ops_bench)"
