@@ -138,7 +138,7 @@ GPU_OPS_BENCH_BIN := $(BUILD)/bench/gpu_ops_bench
 # cuDNN's algorithms timed per convolution: a CUDA program, built with the CUDA backend only.
 GPU_CONV_ALGOS_BIN := $(if $(filter 1,$(USE_CUDA)),$(BUILD)/bench/gpu_conv_algos)
 
-.PHONY: lib-objs sanitize-build sanitize-build-asan sanitize-build-tsan fuzz-build all summary test test-only test-unit test-mpi test-e2e test-slurm test-sanitize test-chaos fuzz bench bench-only run deps data clean format help bundle
+.PHONY: test-build lib-objs sanitize-build sanitize-build-asan sanitize-build-tsan fuzz-build all summary test test-only test-unit test-mpi test-e2e test-slurm test-sanitize test-chaos fuzz bench bench-only run deps data clean format help bundle
 all: summary $(BIN)
 
 summary:
@@ -234,9 +234,12 @@ test:
 	@data/prepare.sh
 	@$(MAKE) --no-print-directory $(PARALLEL) test-only
 
-# The suites start their own makes as a user would (readme_test's `make run`): outside this
-# build's job server, whose -j they would otherwise inherit without its file descriptors.
-test-only: all $(UNIT_BIN) $(MPI_TEST_BIN) $(BENCH_BIN) $(COMM_BENCH_BIN) $(GPU_OPS_BENCH_BIN) $(GPU_CONV_ALGOS_BIN)
+# test-build: everything the suites run, built, nothing run (CI builds it while the test-only
+# packages install). The suites start their own makes as a user would (readme_test's `make run`):
+# outside this build's job server, whose -j they would otherwise inherit without its file
+# descriptors.
+test-build: all $(UNIT_BIN) $(MPI_TEST_BIN) $(BENCH_BIN) $(COMM_BENCH_BIN) $(GPU_OPS_BENCH_BIN) $(GPU_CONV_ALGOS_BIN)
+test-only: test-build
 	@MAKEFLAGS= MFLAGS= tests/run_tests.sh
 
 # One layer of the suite; FILTER= narrows it (a GoogleTest filter for unit/mpi, a name pattern for
@@ -369,10 +372,12 @@ help:
 	@echo "              DEVICE=cuda for the GPU)"
 	@echo "make test     install deps, fetch data, run unit, MPI and end-to-end tests (+ Slurm as root)"
 	@echo "              (run and test build with JOBS=\$$(nproc) jobs unless make was given -j)"
+	@echo "make test-build  build all that make test runs, run nothing"
 	@echo "make test-unit | test-mpi | test-e2e  one layer of the suite (FILTER= narrows it)"
 	@echo "make test-slurm  the Slurm workflows on a real local 2-node Slurm (root)"
 	@echo "make test-sanitize  unit, MPI and e2e suites under ASan + UBSan + LSan, threaded paths under TSan"
-	@echo "make test-chaos  20 training runs each hit by a random fault at a random moment (CHAOS_SEED, CHAOS_RUNS)"
+	@echo "make test-chaos  20 training runs each hit by a random fault at a random moment (CHAOS_SEED, CHAOS_RUNS,"
+	@echo "              CHAOS_DEADLINE: no run starts that would end after it, past CHAOS_MIN_RUNS)"
 	@echo "make fuzz     libFuzzer on the IDX reader, checkpoint loader, CLI, launcher env (FUZZ_SECONDS=60 each)"
 	@echo "make sanitize-build[-asan|-tsan] | fuzz-build  build those trees only (CI builds them at nice 19 while other stages run)"
 	@echo "make bench    microbenchmarks + side-by-side with PyTorch DDP"

@@ -1,17 +1,34 @@
 #!/usr/bin/env bash
 # install-deps.sh — installs the Debian packages mnist_ddp needs to build, test and benchmark,
 # only those that are missing (idempotent; `make deps` calls it).
+#   (none)   what `make run` needs: the build, the dataset, PyTorch for the baseline and tools.
+#   --tests  all that, and what `make test` adds (OpenCV, clang and its sanitizer runtimes, and as
+#            root the Slurm daemons).
+#   --build  only what compiles every tree, sanitizer and fuzz trees included (clang): CI installs
+#            these first and builds while the rest installs (`--tests` afterwards adds the rest).
 set -euo pipefail
+mode="${1:-}"
+case "$mode" in
+  "" | --tests | --build) ;;
+  *) echo "install-deps: unknown option '$mode' (use --tests, --build, or nothing)" >&2; exit 2 ;;
+esac
 
-PACKAGES=(
+BUILD_PACKAGES=(
   g++ make pkg-config
   openmpi-bin libopenmpi-dev            # MPI
   libopenblas-dev                       # GEMM (fc layer, reference convolutions)
   libdnnl-dev                           # oneDNN convolutions (default CPU backend)
   zlib1g-dev                            # .gz IDX files
   libcli11-dev libfmt-dev libspdlog-dev nlohmann-json3-dev
-  libhdf5-dev hdf5-tools                # checkpoints
+  libhdf5-dev                           # checkpoints
   libgtest-dev libbenchmark-dev         # tests, benchmarks
+)
+# The sanitizer and fuzz trees compile with Debian's clang and link its libFuzzer/sanitizer
+# runtimes (`make test-sanitize`, `make fuzz`).
+CLANG_PACKAGES=(clang libclang-rt-14-dev)
+PACKAGES=(
+  "${BUILD_PACKAGES[@]}"
+  hdf5-tools                            # h5dump/h5diff (checkpoint tests and tools)
   dataset-fashion-mnist                 # default dataset when MNIST cannot be downloaded
   python3-torch python3-h5py python3-numpy  # PyTorch DDP baseline and the export tool
   procps util-linux                     # ps/pgrep, timeout/setsid (the tests use awk, not bc)
@@ -19,15 +36,17 @@ PACKAGES=(
   python3-matplotlib                    # tools/plot_metrics
 )
 # --tests: OpenCV's dnn module, the ONNX runtime the export test runs the exported model with.
-# --tests: also Debian's clang and its libFuzzer/sanitizer runtimes (`make fuzz`).
-if [[ "${1:-}" == --tests ]]; then
-  PACKAGES+=(python3-opencv clang libclang-rt-14-dev)
+if [[ "$mode" == --tests ]]; then
+  PACKAGES+=(python3-opencv "${CLANG_PACKAGES[@]}")
 fi
 # --tests: the Slurm tests start their own munged/slurmctld/slurmd, which needs root, so as root
 # (CI) `make test` also brings the daemons' packages (MNIST_DDP_SLURM_TESTS=0 leaves them out);
 # `make run`/`make deps` never install Slurm.
-if [[ "${1:-}" == --tests && $(id -u) -eq 0 && "${MNIST_DDP_SLURM_TESTS:-1}" != 0 ]]; then
+if [[ "$mode" == --tests && $(id -u) -eq 0 && "${MNIST_DDP_SLURM_TESTS:-1}" != 0 ]]; then
   PACKAGES+=(slurmctld slurmd slurm-client munge)
+fi
+if [[ "$mode" == --build ]]; then
+  PACKAGES=("${BUILD_PACKAGES[@]}" "${CLANG_PACKAGES[@]}")
 fi
 
 missing=()
