@@ -24,8 +24,9 @@ BUILD_PACKAGES=(
   libgtest-dev libbenchmark-dev         # tests, benchmarks
 )
 # The sanitizer and fuzz trees compile with Debian's clang and link its libFuzzer/sanitizer
-# runtimes (`make test-sanitize`, `make fuzz`).
-CLANG_PACKAGES=(clang libclang-rt-14-dev)
+# runtimes (`make test-sanitize`, `make fuzz`); libomp-14-dev holds the <omp.h> clang reads (GCC's
+# copy is in GCC's own include folder, which clang does not search).
+CLANG_PACKAGES=(clang libclang-rt-14-dev libomp-14-dev)
 PACKAGES=(
   "${BUILD_PACKAGES[@]}"
   hdf5-tools                            # h5dump/h5diff (checkpoint tests and tools)
