@@ -19,8 +19,10 @@ K="${CHAOS_RUNS:-20}"
 DEADLINE="${CHAOS_DEADLINE:-}"
 MIN_RUNS="${CHAOS_MIN_RUNS:-3}"
 for v in "$K" "$MIN_RUNS" ${DEADLINE:+"$DEADLINE"}; do
-  [[ "$v" =~ ^[0-9]+$ ]] || { echo "chaos_test: CHAOS_RUNS, CHAOS_MIN_RUNS and CHAOS_DEADLINE take whole numbers (got '$v')" >&2; exit 2; }
+  # No leading zeros: bash arithmetic reads 08 as a bad octal number.
+  [[ "$v" =~ ^(0|[1-9][0-9]*)$ ]] || { echo "chaos_test: CHAOS_RUNS, CHAOS_MIN_RUNS and CHAOS_DEADLINE take whole numbers without leading zeros (got '$v')" >&2; exit 2; }
 done
+((MIN_RUNS >= 1)) || { echo "chaos_test: CHAOS_MIN_RUNS must be at least 1 (got $MIN_RUNS): the deadline is judged by the longest run so far" >&2; exit 2; }
 RANDOM=$SEED  # bash's generator: the same seed draws the same faults, ranks, steps and delays
 STEPS=150
 EVERY=20

@@ -2,7 +2,8 @@
 # failure_test.sh — a failing rank never hangs the job (under mpirun; tests/slurm/ covers srun):
 # a rank stuck before a collective (--debug-hang-rank) is named by the watchdog of its peers
 # within --collective-timeout, which aborts everything; a rank that exits with an error ends the
-# job at once; --debug-collectives finds no mismatch on a real run; nothing is left running.
+# job at once; --debug-collectives finds no mismatch on a real run; nothing is left running; the
+# randomised fault harness (tests/chaos/) refuses counts it would misread.
 source "$(dirname "$0")/lib.sh"
 # The 6,000 / 1,000-image subset: these runs check exits, messages and dumps, not accuracy.
 DATA="$(small_data)"
@@ -69,5 +70,16 @@ if [[ $RC -eq 5 && -n "$line" ]] && [[ $(grep -c "mnist_ddp: error: training div
   pass "diverged_loss_stops_at_its_window_with_no_checkpoint ($line)"
 else
   fail "diverged_loss rc=$RC (want exit 5, one 'training diverged at step N: the mean loss ...' error, no checkpoint)" "$(show)"
+fi
+# The randomised fault harness (tests/chaos/, CI's last stage) refuses counts it would misread,
+# before it trains anything: "08" (bash arithmetic reads a leading 0 as octal) and no minimum run.
+run chaos_bad_runs 30 env CHAOS_RUNS=08 bash "$REPO/tests/chaos/chaos_test.sh"
+chaos_runs=$RC; err_runs=$(cat "$ERR")
+run chaos_bad_min 30 env CHAOS_MIN_RUNS=0 bash "$REPO/tests/chaos/chaos_test.sh"
+if [[ $chaos_runs -eq 2 && "$err_runs" == *"without leading zeros (got '08')"* && $RC -eq 2 ]] &&
+   grep -q "CHAOS_MIN_RUNS must be at least 1 (got 0)" "$ERR" && ! grep -q "chaos seed" "$OUT"; then
+  pass "chaos_harness_refuses_bad_counts"
+else
+  fail "chaos harness: CHAOS_RUNS=08 rc=$chaos_runs, CHAOS_MIN_RUNS=0 rc=$RC (want 2 and 2)" "$err_runs" "$(show)"
 fi
 finish
