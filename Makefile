@@ -322,6 +322,10 @@ FUZZ_LINK_OBJS = $(FUZZ_COVERED:%.cpp=$(BUILD)/%.o) \
 $(BUILD)/fuzz/fuzz_%: $(BUILD)/tests/fuzz/fuzz_%.o $(BUILD)/tests/fuzz/fuzz_common.o $(FUZZ_LINK_OBJS)
 	@mkdir -p $(@D)
 	$(CXX) $(CXXFLAGS) -fsanitize=fuzzer -o $@ $^ $(LDLIBS)
+# Kept after the link: made by the pattern rules alone they are intermediate files, which make
+# deletes; the next `make fuzz` (CI's, right after its `make fuzz-build`) then finds them named in
+# their .d files and compiled and linked every target again.
+.SECONDARY: $(FUZZ_TARGETS:%=$(BUILD)/tests/fuzz/fuzz_%.o) $(BUILD)/tests/fuzz/fuzz_common.o
 
 # Randomised fault injection: CHAOS_RUNS (20) runs on 2 CPU ranks, each hit at a random moment;
 # CHAOS_SEED=S reproduces a run (tests/chaos/chaos_test.sh prints its seed).
