@@ -12,7 +12,9 @@ rank, the first N-1 inside `ddp.no_sync()`, each loss divided by N, then SGD (--
 rank r trains on the indices mnist_ddp's rank r logged (--debug-sample-log DIR, epoch 1), in
 that order, from the weights W.pt, on images p/255 (the transform of weights imported from
 PyTorch). Rank 0 writes its final state_dict (parameters, BN running statistics and
-num_batches_tracked) to P.npz, as float32/int64.
+num_batches_tracked) to P.npz, as float32/int64 (with --every-step also each step's, as
+'step<S>/<name>'). --float64 trains in float64; --autocast-bf16 runs the forward under CPU autocast
+in bf16 (mnist_ddp --amp bf16's oracle).
 
 IN (little-endian): int32 n, int32 train(1)/frozen(0), float32 params[29034] (state_dict order),
 float32 buffers[96] (running_mean/var of layer1 then layer2), float32 x[n*784], int32 y[n].
@@ -89,6 +91,11 @@ def ddp_accumulate(argv):
     ap.add_argument("--out", required=True)
     ap.add_argument("--float64", action="store_true",
                     help="train in float64 (the reference without float32 rounding of its own)")
+    ap.add_argument("--autocast-bf16", action="store_true",
+                    help="forward under torch.autocast('cpu', dtype=torch.bfloat16), as "
+                         "mnist_ddp --amp bf16 trains on the CPU")
+    ap.add_argument("--every-step", action="store_true",
+                    help="also write each step's state, as 'step<S>/<name>' (S from 1)")
     a = ap.parse_args(argv)
     dtype = torch.float64 if a.float64 else torch.float32
     rank = int(os.environ.get("OMPI_COMM_WORLD_RANK", 0))
@@ -108,20 +115,31 @@ def ddp_accumulate(argv):
     ddp = DDP(model)
     opt = torch.optim.SGD(ddp.parameters(), a.lr, momentum=a.momentum)
     crit = nn.CrossEntropyLoss()
+    autocast = (torch.autocast("cpu", dtype=torch.bfloat16) if a.autocast_bf16
+                else contextlib.nullcontext())
+
+    def state(prefix=""):
+        return {prefix + k: (v.float() if v.is_floating_point() else v).numpy().copy()
+                for k, v in model.state_dict().items()}
+
+    steps = {}
     at = 0
-    for _ in range(a.steps):
+    for step in range(1, a.steps + 1):
         for i in range(a.accumulate):
             idx = order[at:at + a.batch]
             at += a.batch
             x = torch.from_numpy(x_all[idx].astype(np.float32) / 255.0).unsqueeze(1).to(dtype)
             y = torch.from_numpy(y_all[idx])
             with ddp.no_sync() if i < a.accumulate - 1 else contextlib.nullcontext():
-                (crit(ddp(x), y) / a.accumulate).backward()
+                with autocast:
+                    loss = crit(ddp(x), y) / a.accumulate
+                loss.backward()
         opt.step()
         opt.zero_grad()
+        if a.every_step:
+            steps.update(state(f"step{step}/"))
     if rank == 0:
-        np.savez(a.out, **{k: (v.float() if v.is_floating_point() else v).numpy()
-                           for k, v in model.state_dict().items()})
+        np.savez(a.out, **state(), **steps)
     dist.destroy_process_group()
 
 

@@ -152,10 +152,10 @@ void build(OptionTable& o, Config& c, EnumText& t) {
            "per batch size and replay it (off: launch every kernel each step)")
       ->check(CLI::IsMember(names_in(kOnOffNames)));
   o.option("--amp", t.amp,
-           "off | fp16 | bf16: mixed precision on the GPU: convolutions and fc GEMMs in "
-           "16 bits with fp32 accumulation and fp32 master weights; fp16 with a dynamic "
-           "loss scale (65536, x2 after 2000 clean steps, x0.5 and the step skipped on "
-           "inf/NaN on any rank)")
+           "off | fp16 | bf16: mixed precision: convolutions and fc GEMMs in 16 bits with fp32 "
+           "accumulation and fp32 master weights; fp16 (GPU) with a dynamic loss scale (65536, "
+           "x2 after 2000 clean steps, x0.5 and the step skipped on inf/NaN on any rank); bf16 "
+           "on a GPU, or on a CPU with AVX512-BF16 or AMX (oneDNN's bf16 kernels)")
       ->check(CLI::IsMember(names_in(kAmpModeNames)));
   o.option("--threads", c.threads, "BLAS threads per rank (0: usable cores / ranks on this node)")
       ->check(CLI::Range(0, 1024));

@@ -140,14 +140,21 @@ const DeviceFlagRule kDeviceFlagRules[] = {
               "over the whole job only; use --overlap-engine test for post-local SGD";
      }},
     {[](const Config& cfg, Device device, bool thread_multiple) {
-       return cfg.amp != AmpMode::Off && device == Device::Cpu;
+       return cfg.amp == AmpMode::Fp16 && device == Device::Cpu;
      },
      [](const Config& cfg, Device device) -> std::string {
        return fmt::format(
-           "--amp {}: mixed precision runs on the GPU backend only, and this run is on the CPU{}; "
-           "drop --amp, or run on a GPU with --device cuda",
-           amp_mode_name(cfg.amp),
+           "--amp fp16: this run is on the CPU{}, which has no fp16 training units; use --amp "
+           "bf16 (CPUs with AVX512-BF16 or AMX), drop --amp, or run on a GPU with --device cuda",
            cfg.device == DeviceChoice::Auto ? " (--device auto found no usable GPU)" : "");
+     }},
+    {[](const Config& cfg, Device device, bool thread_multiple) {
+       return cfg.amp == AmpMode::Bf16 && device == Device::Cpu &&
+              cfg.cpu_kernels == CpuKernels::Reference;
+     },
+     [](const Config& cfg, Device device) -> std::string {
+       return "--amp bf16 on the CPU runs on oneDNN's bf16 kernels; drop --cpu-kernels reference "
+              "(or drop --amp)";
      }},
     {[](const Config& cfg, Device device, bool thread_multiple) {
        return cfg.local_sgd_start >= 0 && device == Device::Cuda && cfg.comm == CommChoice::Mpi;

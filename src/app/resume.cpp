@@ -79,7 +79,7 @@ void warn_about_changed_settings(const std::string& stored_json, const Config& c
   int n = 0;
   for (const char* key :
        {"batch_size", "accumulate", "seed", "lr", "lr_schedule", "lr_step_size", "lr_gamma",
-        "warmup_steps", "min_lr", "momentum", "dampening", "weight_decay", "nesterov"}) {
+        "warmup_steps", "min_lr", "momentum", "dampening", "weight_decay", "nesterov", "amp"}) {
     if (!stored.contains(key) || stored[key] == now[key]) continue;
     std::string flag = key;
     std::replace(flag.begin(), flag.end(), '_', '-');

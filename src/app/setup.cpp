@@ -209,9 +209,14 @@ DataSplit load_data(Comm& control, const Config& cfg, const Identity& id, const 
   DnnlLayout dnnl;
   if (where.device == Device::Cpu && cfg.cpu_kernels == CpuKernels::OneDnn) {
     // What oneDNN runs here (its JIT kernels want the CPU's vector width as the channel block).
-    run_agreed(control, [&] { dnnl = dnnl_layout(); });
-    kernels += fmt::format(": {} on nChw{}c", dnnl.convolution, dnnl.block);
-    if (!dnnl.own.empty()) kernels += "; " + dnnl.own;
+    run_agreed(control, [&] { dnnl = dnnl_layout(cfg.amp); });
+    if (cfg.amp == AmpMode::Bf16 && !dnnl.bf16.empty()) {
+      kernels +=
+          fmt::format(" (--amp bf16 on {}): {} on nChw{}c", dnnl.bf16_units, dnnl.bf16, dnnl.block);
+    } else {
+      kernels += fmt::format(": {} on nChw{}c", dnnl.convolution, dnnl.block);
+      if (!dnnl.own.empty()) kernels += "; " + dnnl.own;
+    }
   }
   log.info(fmt::format(
       "mnist_ddp {}: {} rank(s) on {} node(s), device {} ({}), {} "
@@ -222,6 +227,11 @@ DataSplit load_data(Comm& control, const Config& cfg, const Identity& id, const 
         "warning: oneDNN has no JIT convolution for this CPU ({}): its reference convolution is "
         "far slower than --cpu-kernels reference (im2col + OpenBLAS); pass that",
         dnnl.convolution));
+  }
+  if (cfg.amp == AmpMode::Off && dnnl.bf16_units == "AMX-BF16") {
+    log.info(
+        "note: this CPU has AMX-BF16 units, idle in fp32 training: --amp bf16 runs the "
+        "convolutions on them (fp32 accumulation and master weights; docs: README, Performance)");
   }
   log.info(fmt::format(
       "data: {} from {} ({} train, {} test, labels crc32 {:08x}, mean {:.4f} "

@@ -1,5 +1,5 @@
 // half.cpp — IEEE half and bfloat16 conversions (round to nearest even, NaN/Inf preserved, fp16
-// subnormals).
+// subnormals), one value at a time and (bf16) whole arrays.
 #include "mnist_ddp/model/half.hpp"
 
 #include <cstring>
@@ -48,6 +48,17 @@ float from_bf16(std::uint16_t h) {
   float x;
   std::memcpy(&x, &u, sizeof x);
   return x;
+}
+
+void round_to_bf16(std::size_t n, const float* x, float* y) {
+  for (std::size_t i = 0; i < n; ++i) {
+    std::uint32_t u;
+    std::memcpy(&u, &x[i], sizeof u);
+    // to_bf16's rounding, branch-free: NaN gets its quiet bit, the rest rounds to nearest even.
+    const bool nan = (u & 0x7fffffffu) > 0x7f800000u;
+    u = (nan ? (u | 0x00400000u) : u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+    std::memcpy(&y[i], &u, sizeof u);
+  }
 }
 
 }  // namespace mnist_ddp

@@ -73,7 +73,7 @@ expect_error cpu_kernels_unknown "--cpu-kernels" --cpu-kernels gpu
 expect_error comm_unknown "--comm" --comm tcp
 expect_error tf32_unknown "--tf32" --tf32 maybe
 expect_error threads_negative "--threads" --threads -1
-expect_error amp_on_cpu "--amp fp16: mixed precision runs on the GPU backend only" --data "$TMP/fx/valid" --amp fp16
+expect_error amp_fp16_on_cpu "--amp fp16: this run is on the CPU, which has no fp16 training units" --data "$TMP/fx/valid" --amp fp16
 expect_error amp_unknown "--amp" --amp fp8
 expect_error init_weights_missing_file "weights $TMP/none.h5: no such file" --data "$TMP/fx/valid" --init-weights "$TMP/none.h5"
 expect_error init_weights_with_resume "--init-weights starts a new run" --init-weights "$TMP/none.h5" --resume auto

@@ -63,18 +63,39 @@ TEST(LossScale, NeverGrowsToInfinity) {
   EXPECT_EQ(s.growth_tracker, 0);
 }
 
-TEST(Amp, CpuBackendsRefuseMixedPrecisionByName) {
+// --amp on the CPU backends: fp16 refused by both (no fp16 training units); bf16 refused by the
+// reference kernels, and by oneDNN's where the CPU (as oneDNN sees it: ONEDNN_MAX_CPU_ISA counts)
+// has no bf16 units, with an error naming the CPU's instruction set; accepted there otherwise.
+TEST(Amp, CpuBackendsTakeBf16WhereTheCpuHasTheUnits) {
+  const auto refused = [](Ops& ops, AmpMode mode) -> std::string {
+    try {
+      ops.set_amp(mode, nullptr, nullptr);
+    } catch (const UserError& e) {
+      return e.what();
+    }
+    return "";
+  };
   for (const CpuKernels kernels : {CpuKernels::Reference, CpuKernels::OneDnn}) {
     auto ops = make_ops(Device::Cpu, kernels);
     EXPECT_NO_THROW(ops->set_amp(AmpMode::Off, nullptr, nullptr));
-    try {
-      ops->set_amp(AmpMode::Bf16, nullptr, nullptr);
-      FAIL() << "--amp bf16 on the CPU was accepted";
-    } catch (const UserError& e) {
-      const std::string m = e.what();
-      EXPECT_NE(m.find("--amp bf16"), std::string::npos) << m;
-      EXPECT_NE(m.find("--device cuda"), std::string::npos) << m;
-    }
+    const std::string fp16 = refused(*ops, AmpMode::Fp16);
+    EXPECT_NE(fp16.find("--amp fp16: the CPU has no fp16 training units"), std::string::npos)
+        << fp16;
+  }
+  auto reference = make_ops(Device::Cpu, CpuKernels::Reference);
+  const std::string ref = refused(*reference, AmpMode::Bf16);
+  EXPECT_NE(ref.find("drop --cpu-kernels reference"), std::string::npos) << ref;
+
+  auto onednn = make_ops(Device::Cpu, CpuKernels::OneDnn);
+  const std::string bf16 = refused(*onednn, AmpMode::Bf16);
+  if (dnnl_layout().bf16_units == "none") {
+    EXPECT_NE(bf16.find("--amp bf16: bf16 training on the CPU needs AVX512-BF16"),
+              std::string::npos)
+        << bf16;
+    EXPECT_NE(bf16.find("this CPU offers AVX"), std::string::npos) << bf16;
+  } else {
+    EXPECT_EQ(bf16, "") << "this CPU has " << dnnl_layout().bf16_units;
+    EXPECT_NO_THROW(onednn->set_amp(AmpMode::Off, nullptr, nullptr));
   }
 }
 

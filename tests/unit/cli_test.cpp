@@ -99,7 +99,9 @@ TEST(Cli, FlagCombinationsTheDeviceCannotRunNameTheFlags) {
   EXPECT_TRUE(has(device_error({"--overlap-engine", "thread", "--local-sgd-start", "3"}, cpu),
                   "--local-sgd-start"));
   EXPECT_TRUE(has(device_error({"--amp", "fp16", "--device", "cpu"}, cpu), "--amp fp16"));
-  EXPECT_TRUE(has(device_error({"--amp", "bf16"}, cpu), "--device auto found no usable GPU"));
+  EXPECT_TRUE(has(device_error({"--amp", "fp16"}, cpu), "--device auto found no usable GPU"));
+  EXPECT_TRUE(has(device_error({"--amp", "bf16", "--cpu-kernels", "reference"}, cpu),
+                  "drop --cpu-kernels reference"));
   EXPECT_TRUE(has(device_error({"--local-sgd-start", "3", "--comm", "mpi"}, gpu), "--comm nccl"));
   EXPECT_TRUE(has(device_error({"--local-sgd-start", "3", "--compression", "bf16"}, cpu),
                   "--compression bf16"));
@@ -109,7 +111,10 @@ TEST(Cli, FlagCombinationsTheDeviceCannotRunNameTheFlags) {
            {"--compression", "fp16"}, {"--amp", "fp16"}, {"--sync-bn"}, {"--local-sgd-start", "3"}})
     EXPECT_EQ(device_error(ok, gpu), "") << ok[0];
   for (const auto& ok : std::vector<std::vector<std::string>>{
-           {"--compression", "powersgd"}, {"--overlap-engine", "thread"}, {"--sync-bn"}})
+           {"--compression", "powersgd"},
+           {"--overlap-engine", "thread"},
+           {"--sync-bn"},
+           {"--amp", "bf16"}})  // the CPU's bf16 units are checked by the backend (amp_test)
     EXPECT_EQ(device_error(ok, cpu), "") << ok[0];
 }
 

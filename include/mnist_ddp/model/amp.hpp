@@ -1,4 +1,5 @@
-// amp.hpp — mixed precision (--amp, GPU only): the mode, the dynamic loss-scale rule of
+// amp.hpp — mixed precision (--amp: fp16/bf16 on the GPU, bf16 on CPUs with bf16 units; the CPU
+// backend: ops/cpu/dnnl_bf16.hpp): the mode, the dynamic loss-scale rule of
 // docs/DESIGN.md §5 (PyTorch's GradScaler defaults) as a host function that is the oracle for the
 // device implementation, and the GradScaler that keeps the scale on the GPU so a whole step,
 // skip included, stays capturable in a CUDA graph.

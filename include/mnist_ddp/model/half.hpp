@@ -1,8 +1,10 @@
 // half.hpp — IEEE half (fp16) and bfloat16 conversions of float32 on the host: round to nearest
 // even, NaN/Inf preserved, fp16 subnormals. The gradient hooks' casts (Ops::encode_half on the
-// CPU backends), the MPI 16-bit sums and PowerSGD's fp16 wire format use them.
+// CPU backends), the MPI 16-bit sums and PowerSGD's fp16 wire format use them; --amp bf16 on the
+// CPU rounds whole arrays (round_to_bf16).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 namespace mnist_ddp {
@@ -11,5 +13,8 @@ std::uint16_t to_fp16(float x);
 float from_fp16(std::uint16_t h);
 std::uint16_t to_bf16(float x);
 float from_bf16(std::uint16_t h);
+// y[i] = from_bf16(to_bf16(x[i])): x rounded to bf16, kept as float (a loop the compiler
+// vectorises); y may be x.
+void round_to_bf16(std::size_t n, const float* x, float* y);
 
 }  // namespace mnist_ddp

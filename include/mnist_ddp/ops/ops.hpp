@@ -133,10 +133,11 @@ class Ops {
   // SyncBatchNorm (--sync-bn): the training-mode BN ops call these exchanges (cpu_kernels.hpp);
   // nullptr turns it off. The caller keeps *sync alive while set.
   virtual void set_bn_sync(const BnSync* sync) = 0;
-  // Mixed precision (--amp; the CUDA backend, a UserError elsewhere unless Off). fp16/bf16:
-  // convolutions and fc GEMMs read 16-bit copies of their inputs and weights and accumulate in
-  // fp32 (conv outputs are rounded to 16 bits, as autocast's are); BN, loss, SGD stay fp32 on
-  // fp32 master weights. loss_scale (device float, or nullptr): the loss gradient of
+  // Mixed precision (--amp: fp16 and bf16 on the CUDA backend, bf16 on the oneDNN CPU backend
+  // where the CPU has bf16 units; a UserError elsewhere unless Off). Convolutions and fc GEMMs
+  // read 16-bit copies of their inputs and weights and accumulate in fp32 (on the GPU conv
+  // outputs are rounded to 16 bits, as autocast's are; on the CPU they stay fp32); BN, loss, SGD
+  // stay fp32 on fp32 master weights. loss_scale (device float, or nullptr): the loss gradient of
   // accumulate_loss is multiplied by it. skip_step (device float, or nullptr): sgd_step
   // leaves parameters and momentum untouched where it is != 0. Both must outlive the setting.
   virtual void set_amp(AmpMode mode, const float* loss_scale, const float* skip_step) = 0;
@@ -158,12 +159,17 @@ std::unique_ptr<Ops> make_dnnl_ops(int block = 0);
 // layer2 filter gradient: mnist_ddp avx2" at block 8 and one thread per rank; at more, layer2's is
 // oneDNN's); where no block has JIT kernels, block 16 and names that include oneDNN's reference
 // "ref:any" (--cpu-kernels reference is faster then). Probed at batch 64.
+// bf16_units: the CPU's bf16 units as oneDNN sees them ("AMX-BF16", "AVX512-BF16", "none");
+// bf16 (asked for with amp = Bf16, where there are units): what --amp bf16 runs, e.g. "bf16
+// jit_bf16:avx512_core_bf16; fp32 on bf16-rounded inputs: layer1 filter gradient".
 struct DnnlLayout {
   int block = 16;
   std::string convolution;
   std::string own;  // this project's kernels run in oneDNN's place, named; empty where none
+  std::string bf16_units = "none";
+  std::string bf16;
 };
-DnnlLayout dnnl_layout();
+DnnlLayout dnnl_layout(AmpMode amp = AmpMode::Off);
 // The CUDA backend (src/ops/cuda/); in a CPU-only build, a UserError saying "built without CUDA".
 // tf32: TF32 tensor cores for convolutions and the fc GEMM (PyTorch's cuDNN default).
 std::unique_ptr<Ops> make_cuda_ops(bool tf32);

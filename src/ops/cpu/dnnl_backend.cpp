@@ -19,12 +19,15 @@
 #include <tuple>
 #include <vector>
 
+#include "mnist_ddp/model/half.hpp"
 #include "mnist_ddp/ops/ops.hpp"
 #include "mnist_ddp/runtime/check.hpp"
+#include "ops/cpu/bf16_units.hpp"
 #include "ops/cpu/blocked_ops.hpp"
 #include "ops/cpu/channel_conv.hpp"
 #include "ops/cpu/conv_taps.hpp"
 #include "ops/cpu/cpu_kernels.hpp"
+#include "ops/cpu/dnnl_bf16.hpp"
 #include "ops/cpu/host_ops.hpp"
 #include "ops/cpu/image_conv.hpp"
 
@@ -174,8 +177,69 @@ class DnnlOps final : public HostOps {
     block_tag(block_);  // checks it
   }
 
+  // --amp bf16: each pass as oneDNN's bf16 primitive, or (where bf16 loses on this CPU) as the
+  // fp32 one on bf16-rounded copies of its inputs: the same products, the same fp32 accumulation.
   void conv2d_forward(const ConvGeom& g, const float* x, const float* w, const float* b,
                       float* y) override {
+    if (amp_ == AmpMode::Bf16) {
+      bf16::Conv& c = bf16_conv(g);
+      if (c.bf16(bf16::Pass::Forward)) return c.forward(stream_, x, w, b, y);
+      return f32_forward(g, rounded(0, x, src_elems(g)), rounded(1, w, w_elems(g)), b, y);
+    }
+    f32_forward(g, x, w, b, y);
+  }
+  void conv2d_backward_filter(const ConvGeom& g, const float* x, const float* dy, float* dw,
+                              float* db) override {
+    if (amp_ == AmpMode::Bf16) {
+      bf16::Conv& c = bf16_conv(g);
+      if (c.bf16(bf16::Pass::BackwardWeights)) return c.backward_weights(stream_, x, dy, dw, db);
+      return f32_backward_filter(g, rounded(0, x, src_elems(g)), rounded(2, dy, dst_elems(g)), dw,
+                                 db);
+    }
+    f32_backward_filter(g, x, dy, dw, db);
+  }
+  void conv2d_backward_data(const ConvGeom& g, const float* w, const float* dy,
+                            float* dx) override {
+    if (amp_ == AmpMode::Bf16) {
+      bf16::Conv& c = bf16_conv(g);
+      if (c.bf16(bf16::Pass::BackwardData)) return c.backward_data(stream_, w, dy, dx);
+      return f32_backward_data(g, rounded(1, w, w_elems(g)), rounded(2, dy, dst_elems(g)), dx);
+    }
+    f32_backward_data(g, w, dy, dx);
+  }
+  // The fc layer under --amp bf16: the fp32 GEMMs on bf16-rounded x[N][in], w[out][in] and
+  // dy[N][out] (exact products, fp32 accumulation: what a bf16 GEMM computes), fp32 outputs.
+  void linear_forward(int n, int in, int out, const float* x, const float* w, const float* b,
+                      float* y) override {
+    if (amp_ != AmpMode::Bf16) return HostOps::linear_forward(n, in, out, x, w, b, y);
+    const std::size_t nx = static_cast<std::size_t>(n) * in,
+                      nw = static_cast<std::size_t>(out) * in;
+    HostOps::linear_forward(n, in, out, rounded(0, x, nx), rounded(1, w, nw), b, y);
+  }
+  void linear_backward(int n, int in, int out, const float* x, const float* w, const float* dy,
+                       float* dx, float* dw, float* db) override {
+    if (amp_ != AmpMode::Bf16) return HostOps::linear_backward(n, in, out, x, w, dy, dx, dw, db);
+    const std::size_t nx = static_cast<std::size_t>(n) * in,
+                      nw = static_cast<std::size_t>(out) * in,
+                      ny = static_cast<std::size_t>(n) * out;
+    HostOps::linear_backward(n, in, out, rounded(0, x, nx), rounded(1, w, nw), rounded(2, dy, ny),
+                             dx, dw, db);
+  }
+  // --amp bf16 where this CPU has bf16 units (else one clear error); fp16 stays the GPU's.
+  void set_amp(AmpMode mode, const float* loss_scale, const float* skip_step) override {
+    if (mode == AmpMode::Bf16) {
+      bf16::require_units("--amp bf16");
+      MNIST_DDP_CHECK(block_ == 16, "bf16 units come with AVX-512: the activations' block is 16");
+      units_ = bf16::cpu_units();
+      amp_ = mode;
+      return;
+    }
+    HostOps::set_amp(mode, loss_scale, skip_step);
+    amp_ = AmpMode::Off;
+  }
+
+ private:
+  void f32_forward(const ConvGeom& g, const float* x, const float* w, const float* b, float* y) {
     ConvPrims& p = prims(g);
     if constexpr (kAvx2Build) {
       if (p.own_forward) return blocked::image_conv_forward(block_, g, x, w, b, y);
@@ -192,8 +256,8 @@ class DnnlOps final : public HostOps {
     stream_.wait();
   }
 
-  void conv2d_backward_filter(const ConvGeom& g, const float* x, const float* dy, float* dw,
-                              float* db) override {
+  void f32_backward_filter(const ConvGeom& g, const float* x, const float* dy, float* dw,
+                           float* db) {
     ConvPrims& p = prims(g);
     if constexpr (kAvx2Build) {
       if (p.own_filter_grad) return blocked::image_filter_grad(block_, g, x, dy, dw, db);
@@ -214,8 +278,7 @@ class DnnlOps final : public HostOps {
     stream_.wait();
   }
 
-  void conv2d_backward_data(const ConvGeom& g, const float* w, const float* dy,
-                            float* dx) override {
+  void f32_backward_data(const ConvGeom& g, const float* w, const float* dy, float* dx) {
     ConvPrims& p = prims(g);
     MNIST_DDP_CHECK(p.has_bwd_data, "input gradient of a 1-channel (image) convolution");
     p.w_plain.set_data_handle(const_cast<float*>(w));
@@ -228,6 +291,7 @@ class DnnlOps final : public HostOps {
     stream_.wait();
   }
 
+ public:
   void batchnorm_stats(int c, int n, int hw, const float* x, double eps, double momentum,
                        float* save_mean, float* save_invstd, float* running_mean,
                        float* running_var) override {
@@ -262,16 +326,74 @@ class DnnlOps final : public HostOps {
     if (it != cache_.end()) return *it->second;
     return *cache_.emplace(key, build_prims(engine_, g, block_)).first->second;
   }
+  bf16::Conv& bf16_conv(const ConvGeom& g) {
+    const Key key{g.n, g.c, g.h, g.w, g.k, g.r, g.pad};
+    auto it = bf16_cache_.find(key);
+    if (it != bf16_cache_.end()) return *it->second;
+    return *bf16_cache_.emplace(key, std::make_unique<bf16::Conv>(engine_, g, units_))
+                .first->second;
+  }
+  static std::size_t src_elems(const ConvGeom& g) {
+    return static_cast<std::size_t>(g.n) * g.c * g.h * g.w;
+  }
+  static std::size_t dst_elems(const ConvGeom& g) {
+    return static_cast<std::size_t>(g.n) * g.k * g.out_h() * g.out_w();
+  }
+  static std::size_t w_elems(const ConvGeom& g) {
+    return static_cast<std::size_t>(g.k) * g.c * g.r * g.r;
+  }
+  // x rounded to bf16 in scratch buffer `slot` (0: activations, 1: weights, 2: output gradients),
+  // valid until the next use of that slot.
+  const float* rounded(int slot, const float* x, std::size_t n) {
+    std::vector<float>& r = round_[slot];
+    if (r.size() < n) r.resize(n);
+    round_to_bf16(n, x, r.data());
+    return r.data();
+  }
 
   dnnl::engine engine_;
   dnnl::stream stream_;
   int block_;  // channels per block of the activations (8 or 16)
   std::map<Key, std::unique_ptr<ConvPrims>> cache_;
+  AmpMode amp_ = AmpMode::Off;
+  bf16::Units units_ = bf16::Units::None;
+  std::map<Key, std::unique_ptr<bf16::Conv>> bf16_cache_;
+  std::vector<float> round_[3];
 };
+
+// What --amp bf16 runs for the model's passes on this CPU: oneDNN's bf16 implementations, then
+// the passes that run in fp32 on bf16-rounded inputs (bf16::runs_bf16), named.
+std::string bf16_kernels() {
+  const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  std::vector<std::string> names, fp32;
+  int layer = 0;
+  for (const ConvGeom& g :
+       {ConvGeom{64, 1, 28, 28, 16, 5, 2}, ConvGeom{64, 16, 14, 14, 32, 5, 2}}) {
+    const bf16::Conv conv(engine, g, bf16::cpu_units());
+    ++layer;
+    const std::pair<bf16::Pass, const char*> passes[] = {
+        {bf16::Pass::Forward, "forward"},
+        {bf16::Pass::BackwardData, "data gradient"},
+        {bf16::Pass::BackwardWeights, "filter gradient"}};
+    for (const auto& [pass, what] : passes) {
+      if (g.c == 1 && pass == bf16::Pass::BackwardData) continue;  // never needed (the image's)
+      if (!conv.bf16(pass)) {
+        fp32.push_back(fmt::format("layer{} {}", layer, what));
+      } else if (std::find(names.begin(), names.end(), conv.impl(pass)) == names.end()) {
+        names.push_back(conv.impl(pass));
+      }
+    }
+  }
+  std::string out = fmt::format("bf16 {}", fmt::join(names, ", "));
+  if (!fp32.empty()) out += fmt::format("; fp32 on bf16-rounded inputs: {}", fmt::join(fp32, ", "));
+  return out;
+}
 
 }  // namespace
 
-DnnlLayout dnnl_layout() try {
+DnnlLayout dnnl_layout(AmpMode amp) try {
+  // --amp bf16 on a CPU without bf16 units: one error here, where every rank agrees on it.
+  if (amp == AmpMode::Bf16) bf16::require_units("--amp bf16");
   const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
   // oneDNN's implementations of the model's two convolutions (model.cpp's geometries) at a block,
   // and which of their passes ours compute there instead.
@@ -304,14 +426,19 @@ DnnlLayout dnnl_layout() try {
     if (std::none_of(names.begin(), names.end(), is_reference)) break;
   }
   if (std::any_of(names.begin(), names.end(), is_reference)) names = impls(chosen = 16);
-  return {chosen, fmt::format("{}", fmt::join(names, ", ")),
-          own.empty() ? "" : fmt::format("{}: mnist_ddp avx2", fmt::join(own, ", "))};
+  DnnlLayout layout;
+  layout.block = chosen;
+  layout.convolution = fmt::format("{}", fmt::join(names, ", "));
+  if (!own.empty()) layout.own = fmt::format("{}: mnist_ddp avx2", fmt::join(own, ", "));
+  layout.bf16_units = bf16::units_name(bf16::cpu_units());
+  if (amp == AmpMode::Bf16 && bf16::cpu_units() != bf16::Units::None) layout.bf16 = bf16_kernels();
+  return layout;
 } catch (const dnnl::error& e) {
   // One clear error on every rank (the caller agrees on it), not an internal failure.
-  throw UserError(
-      fmt::format("oneDNN cannot build this model's convolutions on this CPU ({}); "
-                  "use --cpu-kernels reference",
-                  e.what()));
+  throw UserError(fmt::format(
+      "oneDNN cannot build this model's convolutions on this CPU ({}); {}", e.what(),
+      amp == AmpMode::Bf16 ? "drop --amp bf16 (and pass --cpu-kernels reference if this stays)"
+                           : "use --cpu-kernels reference"));
 }
 
 std::unique_ptr<Ops> make_dnnl_ops(int block) {

@@ -76,8 +76,11 @@ void HostOps::load_dataset(int slot, const Dataset& d) {
 void HostOps::set_amp(AmpMode mode, const float*, const float*) {
   if (mode != AmpMode::Off) {
     throw UserError(std::string("--amp ") + amp_mode_name(mode) +
-                    ": mixed precision runs on the GPU backend only; this run is on the CPU "
-                    "(drop --amp, or run with --device cuda)");
+                    (mode == AmpMode::Bf16
+                         ? ": bf16 on the CPU runs on the oneDNN backend only (drop --cpu-kernels "
+                           "reference, or drop --amp)"
+                         : ": the CPU has no fp16 training units (use --amp bf16 on a CPU with "
+                           "AVX512-BF16 or AMX, drop --amp, or run with --device cuda)"));
   }
 }
 

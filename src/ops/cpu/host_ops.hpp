@@ -45,7 +45,7 @@ class HostOps : public Ops {
   void* stream() const override { return nullptr; }
   std::unique_ptr<StampClock> make_stamp_clock() override { return make_host_stamp_clock(); }
   void set_bn_sync(const BnSync* sync) override { bn_sync_ = sync; }
-  // Mixed precision is a GPU feature: anything but Off is a UserError here.
+  // Anything but Off is a UserError here; the oneDNN backend takes bf16 (dnnl_backend.cpp).
   void set_amp(AmpMode mode, const float* loss_scale, const float* skip_step) override;
 
  protected:

@@ -1,0 +1,58 @@
+// dnnl_bf16.hpp — the oneDNN backend's bf16 convolutions (--amp bf16 on the CPU): for one
+// convolution geometry, each pass (forward, data gradient, filter gradient) either as oneDNN's
+// bf16 primitive (bf16 copies of the input, weights and output gradient; fp32 accumulation; fp32
+// output, bias and filter gradient) or, where bf16 loses on this CPU, as the fp32 kernel on
+// inputs rounded to bf16, which computes the same products exactly (a product of two bf16 values
+// fits in fp32's mantissa) with the same fp32 accumulation. The activations arrive and leave in
+// the backend's fp32 layout ([N][C/16][H][W][16]; the image [N][1][H][W]), so BN, ReLU, pooling
+// and the fc layer read them as in fp32 training.
+#pragma once
+
+#include <dnnl.hpp>
+
+#include <memory>
+#include <string>
+
+#include "ops/cpu/bf16_units.hpp"
+#include "ops/cpu/cpu_kernels.hpp"
+
+namespace mnist_ddp::bf16 {
+
+// The three passes of a convolution.
+enum class Pass { Forward, BackwardData, BackwardWeights };
+
+// Whether a pass runs as oneDNN's bf16 primitive on this CPU, by a fixed rule (the same on every
+// rank and every run, so resumes stay bit-exact): bf16 where oneDNN has a JIT bf16 kernel for it,
+// except where it measured slower than fp32 on that kind of unit (layer1's filter gradient, one
+// input channel, on AMX: 1.15 ms against fp32's 0.34 ms; see dnnl_bf16.cpp).
+bool runs_bf16(const cpu::ConvGeom& g, Pass pass, Units units, const std::string& bf16_impl);
+
+// One geometry's bf16 primitives, their bf16 buffers and the reorders into and out of the
+// backend's fp32 layout. The primitive descriptors (what oneDNN would run) are made at once; a
+// pass's primitive and buffers on its first call (evaluation's batch size runs forward only).
+class Conv {
+ public:
+  // The fp32 activations are channel-blocked by 16 (K, and C unless 1, multiples of 16).
+  // units: this CPU's (cpu_units()). every_pass: each pass with a JIT bf16 kernel runs it,
+  // runs_bf16's exceptions ignored (for the benchmark that measures them: bench/ops_bench.cpp).
+  Conv(const dnnl::engine& engine, const cpu::ConvGeom& g, Units units, bool every_pass = false);
+  ~Conv();
+  Conv(const Conv&) = delete;
+  Conv& operator=(const Conv&) = delete;
+
+  bool bf16(Pass pass) const;
+  // oneDNN's implementation name of a pass's bf16 primitive ("jit_bf16:avx512_core_bf16", ...).
+  const std::string& impl(Pass pass) const;
+
+  // The passes in bf16, on fp32 buffers in the backend's layout (x, y, dy, dx) and PyTorch's (w,
+  // b, dw: OIHW; db: [K]). Each converts its inputs to bf16 first.
+  void forward(dnnl::stream& s, const float* x, const float* w, const float* b, float* y);
+  void backward_data(dnnl::stream& s, const float* w, const float* dy, float* dx);
+  void backward_weights(dnnl::stream& s, const float* x, const float* dy, float* dw, float* db);
+
+ private:
+  struct Prims;
+  std::unique_ptr<Prims> p_;
+};
+
+}  // namespace mnist_ddp::bf16

@@ -1,0 +1,250 @@
+// bf16_ops_test.cpp — --amp bf16 on the oneDNN CPU backend (ops/cpu/dnnl_bf16): the bf16 rounding,
+// and each convolution pass and the fc layer against the double-precision reference kernels run on
+// bf16-rounded inputs, within fp32 accumulation's error bound (the semantics: bf16 copies in, fp32
+// accumulation and output), and measurably away from the same reference on unrounded inputs (the
+// copies are really bf16). The passes run through the backend, so whichever kernel this CPU's
+// rule picks for a pass (oneDNN's bf16 primitive, or fp32 on rounded inputs) is the one tested.
+// Skipped where the CPU has no bf16 units (amp_test.cpp checks the refusal there).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "mnist_ddp/model/half.hpp"
+#include "mnist_ddp/ops/ops.hpp"
+#include "ops/cpu/blocked_ops.hpp"
+#include "ops/cpu/cpu_kernels.hpp"
+#include "ops/cpu/dnnl_bf16.hpp"
+
+#include "test_util.hpp"
+
+namespace mnist_ddp {
+namespace {
+
+using testing::uniform_floats;
+using DVec = std::vector<double>;
+
+float bits_float(std::uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+TEST(Bf16Round, ArraysRoundToNearestEvenAsTheHookCast) {
+  const float in[] = {1.0f,
+                      bits_float(0x3f808000u),
+                      bits_float(0x3f818000u),
+                      bits_float(0x3f80c000u),
+                      -2.5f,
+                      0.0f,
+                      -0.0f,
+                      std::numeric_limits<float>::infinity(),
+                      3.4e38f};
+  // 1 + 2^-8 is a tie: to even (1.0); 1 + 3 * 2^-8 is a tie: to even (up); 1 + 1.5 * 2^-8 rounds
+  // up; the largest floats round to infinity, as float -> bf16 conversions do.
+  const std::uint32_t want[] = {0x3f800000u, 0x3f800000u, 0x3f820000u, 0x3f810000u, 0xc0200000u,
+                                0u,          0x80000000u, 0x7f800000u, 0x7f800000u};
+  float out[std::size(in)];
+  round_to_bf16(std::size(in), in, out);
+  for (std::size_t i = 0; i < std::size(in); ++i) {
+    std::uint32_t u;
+    std::memcpy(&u, &out[i], sizeof u);
+    EXPECT_EQ(u, want[i]) << "input " << in[i];
+  }
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  float nan_out;
+  round_to_bf16(1, &nan, &nan_out);
+  EXPECT_TRUE(std::isnan(nan_out));
+  // The same values as the gradient hooks' cast (half.hpp) over many random floats.
+  const auto x = uniform_floats(100000, 5, -1e3f, 1e3f);
+  std::vector<float> y(x.size());
+  round_to_bf16(x.size(), x.data(), y.data());
+  for (std::size_t i = 0; i < x.size(); ++i) ASSERT_EQ(y[i], from_bf16(to_bf16(x[i]))) << x[i];
+}
+
+DVec to_double(const std::vector<float>& v) {
+  return DVec(v.begin(), v.end());
+}
+std::vector<float> rounded(const std::vector<float>& v) {
+  std::vector<float> r(v.size());
+  round_to_bf16(v.size(), v.data(), r.data());
+  return r;
+}
+DVec absolute(DVec v) {
+  for (double& e : v) e = std::abs(e);
+  return v;
+}
+
+// ours against the double-precision reference `ref` of the same sums over bf16-rounded inputs:
+// every element within fp32 accumulation's worst-case bound gamma_K * sum|a||b| (sums = that
+// reference over |a|, |b|; K terms per sum) plus the final rounding; and ours nearer `ref` than
+// `unrounded` (the reference on the unrounded inputs) by at least 4x on average, so the inputs
+// were really rounded to bf16 (their rounding moves a result by ~2^-9 relative per term).
+void expect_bf16_sums(const char* what, const std::vector<float>& ours, const DVec& ref,
+                      const DVec& sums, const DVec& unrounded, int k_terms) {
+  ASSERT_EQ(ours.size(), ref.size());
+  const double u = std::ldexp(1.0, -24), gamma = (k_terms + 1) * u / (1 - (k_terms + 1) * u);
+  double worst = 0, near = 0, far = 0;
+  for (std::size_t i = 0; i < ours.size(); ++i) {
+    const double err = std::abs(ours[i] - ref[i]), bound = gamma * sums[i] + u * std::abs(ref[i]);
+    worst = std::max(worst, bound > 0 ? err / bound : (err > 0 ? 1e9 : 0));
+    near += err;
+    far += std::abs(ours[i] - unrounded[i]);
+  }
+  EXPECT_LE(worst, 1.0) << what << ": an element outside fp32 accumulation's bound (x" << worst
+                        << ")";
+  EXPECT_LT(4 * near, far) << what << ": mean error " << near / ours.size()
+                           << " to the bf16-rounded reference, " << far / ours.size()
+                           << " to the unrounded one";
+}
+
+class Bf16Ops : public ::testing::TestWithParam<cpu::ConvGeom> {
+ protected:
+  void SetUp() override {
+    if (bf16::cpu_units() == bf16::Units::None) GTEST_SKIP() << "no bf16 units on this CPU";
+  }
+};
+
+TEST_P(Bf16Ops, ConvolutionPassesAreFp32SumsOfBf16Copies) {
+  const cpu::ConvGeom g = GetParam();
+  auto ops = make_dnnl_ops(16);
+  ops->set_amp(AmpMode::Bf16, nullptr, nullptr);
+  const int ihw = g.h * g.w, ohw = g.out_h() * g.out_w();
+  const auto x = uniform_floats(static_cast<std::size_t>(g.c) * g.n * ihw, 1);
+  const auto w = uniform_floats(static_cast<std::size_t>(g.k) * g.c * g.r * g.r, 2);
+  const auto b = uniform_floats(g.k, 3);
+  const auto dy = uniform_floats(static_cast<std::size_t>(g.k) * g.n * ohw, 4);
+  const auto xb = g.c == 1 ? x : [&] {
+    std::vector<float> o(x.size());
+    blocked::from_cnhw(16, g.c, g.n, ihw, x.data(), o.data());
+    return o;
+  }();
+  std::vector<float> dyb(dy.size());
+  blocked::from_cnhw(16, g.k, g.n, ohw, dy.data(), dyb.data());
+  const auto unblock = [&](int c, int hw, const std::vector<float>& v) {
+    std::vector<float> o(v.size());
+    blocked::to_cnhw(16, c, g.n, hw, v.data(), o.data());
+    return o;
+  };
+  // The double references: on rounded inputs, on |rounded inputs| (the bound's sums), unrounded.
+  const DVec xr = to_double(rounded(x)), wr = to_double(rounded(w)), dyr = to_double(rounded(dy));
+  const DVec xd = to_double(x), wd = to_double(w), dyd = to_double(dy), bd = to_double(b);
+  DVec work(cpu::conv2d_workspace(g));
+
+  std::vector<float> y(dy.size());
+  ops->conv2d_forward(g, xb.data(), w.data(), b.data(), y.data());
+  DVec ref(y.size()), sums(y.size()), unr(y.size());
+  cpu::conv2d_forward(g, xr.data(), wr.data(), bd.data(), ref.data(), work.data());
+  cpu::conv2d_forward(g, absolute(xr).data(), absolute(wr).data(), absolute(bd).data(), sums.data(),
+                      work.data());
+  cpu::conv2d_forward(g, xd.data(), wd.data(), bd.data(), unr.data(), work.data());
+  expect_bf16_sums("forward", unblock(g.k, ohw, y), ref, sums, unr, g.c * g.r * g.r);
+
+  std::vector<float> dw(w.size()), db(g.k);
+  ops->conv2d_backward_filter(g, xb.data(), dyb.data(), dw.data(), db.data());
+  DVec dwr(w.size()), dbr(g.k), dws(w.size()), dbs(g.k), dwu(w.size()), dbu(g.k);
+  cpu::conv2d_backward_filter(g, xr.data(), dyr.data(), dwr.data(), dbr.data(), work.data());
+  cpu::conv2d_backward_filter(g, absolute(xr).data(), absolute(dyr).data(), dws.data(), dbs.data(),
+                              work.data());
+  cpu::conv2d_backward_filter(g, xd.data(), dyd.data(), dwu.data(), dbu.data(), work.data());
+  expect_bf16_sums("filter gradient", dw, dwr, dws, dwu, g.n * ohw);
+  expect_bf16_sums("bias gradient", db, dbr, dbs, dbu, g.n * ohw);
+
+  if (g.c != 1) {
+    std::vector<float> dx(x.size());
+    ops->conv2d_backward_data(g, w.data(), dyb.data(), dx.data());
+    DVec dxr(x.size()), dxs(x.size()), dxu(x.size());
+    cpu::conv2d_backward_data(g, wr.data(), dyr.data(), dxr.data(), work.data());
+    cpu::conv2d_backward_data(g, absolute(wr).data(), absolute(dyr).data(), dxs.data(),
+                              work.data());
+    cpu::conv2d_backward_data(g, wd.data(), dyd.data(), dxu.data(), work.data());
+    expect_bf16_sums("data gradient", unblock(g.c, ihw, dx), dxr, dxs, dxu, g.k * g.r * g.r);
+    // conv2d_backward (the model's one call) is bitwise the two passes above, and a second
+    // evaluation is bitwise the first (resumes are bit-exact within bf16).
+    std::vector<float> dw2(w.size()), db2(g.k), dx2(x.size());
+    ops->conv2d_backward(g, xb.data(), w.data(), dyb.data(), dw2.data(), db2.data(), dx2.data());
+    EXPECT_EQ(dw2, dw);
+    EXPECT_EQ(db2, db);
+    EXPECT_EQ(dx2, dx);
+  }
+  std::vector<float> y2(y.size());
+  ops->conv2d_forward(g, xb.data(), w.data(), b.data(), y2.data());
+  EXPECT_EQ(y2, y);
+}
+INSTANTIATE_TEST_SUITE_P(ModelShapes, Bf16Ops,
+                         ::testing::Values(cpu::ConvGeom{7, 1, 28, 28, 16, 5, 2},
+                                           cpu::ConvGeom{7, 16, 14, 14, 32, 5, 2}));
+
+// One backend through batch sizes that change (an epoch's short last batch, evaluation's larger
+// one) and back, on one and on two compute threads: each geometry's passes keep their own
+// primitives, and a geometry met again gives the same bits as the first time.
+TEST(Bf16Geometries, BatchSizesThatChangeAndThreadsKeepEachGeometryExact) {
+  if (bf16::cpu_units() == bf16::Units::None) GTEST_SKIP() << "no bf16 units on this CPU";
+  for (const int threads : {1, 2}) {
+    const testing::ComputeThreads scope(threads);
+    auto ops = make_dnnl_ops(16);
+    ops->set_amp(AmpMode::Bf16, nullptr, nullptr);
+    std::vector<std::vector<float>> first;
+    for (const int n : {7, 3, 11, 7, 3}) {
+      const cpu::ConvGeom g{n, 16, 14, 14, 32, 5, 2};
+      const auto x = uniform_floats(static_cast<std::size_t>(n) * 16 * 196, 11);
+      const auto w = uniform_floats(32 * 16 * 25, 12), b = uniform_floats(32, 13);
+      const auto dy = uniform_floats(static_cast<std::size_t>(n) * 32 * 196, 14);
+      std::vector<float> y(dy.size()), dw(w.size()), db(32), dx(x.size());
+      ops->conv2d_forward(g, x.data(), w.data(), b.data(), y.data());
+      ops->conv2d_backward(g, x.data(), w.data(), dy.data(), dw.data(), db.data(), dx.data());
+      std::vector<float> all = y;
+      for (const auto* v : {&dw, &db, &dx}) all.insert(all.end(), v->begin(), v->end());
+      const bool seen = n == 7 ? first.size() > 0 : n == 3 ? first.size() > 1 : false;
+      if (seen) {
+        EXPECT_EQ(all, first[n == 7 ? 0 : 1]) << "batch " << n << ", " << threads << " thread(s)";
+      } else if (n != 11) {
+        first.push_back(all);
+      }
+      for (float v : all) ASSERT_TRUE(std::isfinite(v)) << "batch " << n;
+    }
+  }
+}
+
+TEST(Bf16Linear, FcGemmsAreFp32SumsOfBf16Copies) {
+  if (bf16::cpu_units() == bf16::Units::None) GTEST_SKIP() << "no bf16 units on this CPU";
+  const int n = 9, in = 1568, out = 10;
+  auto ops = make_dnnl_ops(16);
+  ops->set_amp(AmpMode::Bf16, nullptr, nullptr);
+  const auto x = uniform_floats(static_cast<std::size_t>(n) * in, 6);
+  const auto w = uniform_floats(static_cast<std::size_t>(out) * in, 7);
+  const auto b = uniform_floats(out, 8);
+  const auto dy = uniform_floats(static_cast<std::size_t>(n) * out, 9);
+  std::vector<float> y(static_cast<std::size_t>(n) * out), dx(x.size()), dw(w.size()), db(out);
+  ops->linear_forward(n, in, out, x.data(), w.data(), b.data(), y.data());
+  ops->linear_backward(n, in, out, x.data(), w.data(), dy.data(), dx.data(), dw.data(), db.data());
+  const DVec xr = to_double(rounded(x)), wr = to_double(rounded(w)), dyr = to_double(rounded(dy));
+  const DVec xd = to_double(x), wd = to_double(w), dyd = to_double(dy), bd = to_double(b);
+  const auto fwd = [&](const DVec& xv, const DVec& wv, const DVec& bv) {
+    DVec r(y.size());
+    cpu::linear_forward(n, in, out, xv.data(), wv.data(), bv.data(), r.data());
+    return r;
+  };
+  expect_bf16_sums("fc forward", y, fwd(xr, wr, bd), fwd(absolute(xr), absolute(wr), absolute(bd)),
+                   fwd(xd, wd, bd), in);
+  const auto bwd = [&](const DVec& xv, const DVec& wv, const DVec& dyv, DVec& dxv, DVec& dwv) {
+    DVec dbv(out);
+    dxv.assign(x.size(), 0);
+    dwv.assign(w.size(), 0);
+    cpu::linear_backward(n, in, out, xv.data(), wv.data(), dyv.data(), dxv.data(), dwv.data(),
+                         dbv.data());
+  };
+  DVec dxr, dwr, dxs, dws, dxu, dwu;
+  bwd(xr, wr, dyr, dxr, dwr);
+  bwd(absolute(xr), absolute(wr), absolute(dyr), dxs, dws);
+  bwd(xd, wd, dyd, dxu, dwu);
+  expect_bf16_sums("fc data gradient", dx, dxr, dxs, dxu, out);
+  expect_bf16_sums("fc weight gradient", dw, dwr, dws, dwu, n);
+}
+
+}  // namespace
+}  // namespace mnist_ddp
