@@ -138,7 +138,7 @@ GPU_OPS_BENCH_BIN := $(BUILD)/bench/gpu_ops_bench
 # cuDNN's algorithms timed per convolution: a CUDA program, built with the CUDA backend only.
 GPU_CONV_ALGOS_BIN := $(if $(filter 1,$(USE_CUDA)),$(BUILD)/bench/gpu_conv_algos)
 
-.PHONY: test-build lib-objs sanitize-build sanitize-build-asan sanitize-build-tsan fuzz-build all summary test test-only test-unit test-mpi test-e2e test-slurm test-sanitize test-chaos fuzz bench bench-only run deps data clean format help bundle
+.PHONY: test-build lib-objs sanitize-build sanitize-build-asan sanitize-build-tsan fuzz-build all summary test test-only test-unit test-mpi test-e2e test-slurm test-numeric test-sanitize test-chaos fuzz bench bench-only run deps data clean format help bundle
 all: summary $(BIN)
 
 summary:
@@ -250,6 +250,16 @@ test-mpi: all $(MPI_TEST_BIN)
 	@tests/run_tests.sh mpi
 test-e2e: all $(BENCH_BIN) $(COMM_BENCH_BIN) $(GPU_OPS_BENCH_BIN)
 	@tests/run_tests.sh e2e
+# The numeric tests (unit, MPI, and the end-to-end oracle comparisons) on kernel families other than
+# this CPU's own (tests/kernel_variant.sh: another OpenBLAS SGEMM, oneDNN one instruction set
+# lower), so a bound read off one machine's kernels fails here too; KERNELS='VAR=value ...' to pick
+# them (KERNELS=native: this CPU's own).
+KERNELS ?=
+test-numeric: all $(UNIT_BIN) $(MPI_TEST_BIN)
+	@kernels="$(KERNELS)"; [[ -n "$$kernels" ]] || kernels=$$(tests/kernel_variant.sh); \
+	 [[ "$$kernels" == native ]] && kernels=""; \
+	 echo "== numeric tests on kernels: $${kernels:-native}"; \
+	 env $$kernels tests/run_tests.sh numeric
 
 # The CPU configuration under the sanitizers (tests/run_sanitized.sh): ASan + UBSan + LSan on the
 # unit, MPI and end-to-end suites (build/asan), then ThreadSanitizer on the threaded paths
@@ -379,6 +389,7 @@ help:
 	@echo "make test-build  build all that make test runs, run nothing"
 	@echo "make test-unit | test-mpi | test-e2e  one layer of the suite (FILTER= narrows it)"
 	@echo "make test-slurm  the Slurm workflows on a real local 2-node Slurm (root)"
+	@echo "make test-numeric  unit, MPI and oracle e2e tests on other kernel families (KERNELS='VAR=v ...' or native)"
 	@echo "make test-sanitize  unit, MPI and e2e suites under ASan + UBSan + LSan, threaded paths under TSan"
 	@echo "make test-chaos  20 training runs each hit by a random fault at a random moment (CHAOS_SEED, CHAOS_RUNS,"
 	@echo "              CHAOS_DEADLINE: no run starts that would end after it, past CHAOS_MIN_RUNS)"

@@ -11,12 +11,19 @@ PARAM_BYTES=116136
 
 # 1. PyTorch DDP with no_sync(): N = 3 micro-batches of 50 per rank, 2 ranks, 20 optimizer steps,
 #    from the same initial weights (made by PyTorch, imported) on the samples each mnist_ddp rank
-#    logged; every parameter within 1e-5. PyTorch runs in float64 (the reference without rounding
-#    of its own), mnist_ddp in float32 with its reference kernels. The setting keeps the
-#    trajectory stable: at lr 0.01 and momentum 0.9 float32 rounding doubles every step on this
-#    model (4e-4 after 20 steps, with or without accumulation, and between PyTorch's own float32
-#    and float64 runs), which no implementation could meet; at lr 0.002, momentum 0.5 it stays
-#    near 4e-6, while a different step (the union batch, below) is off by 2e-4.
+#    logged. PyTorch in float64 is the reference without rounding; mnist_ddp runs float32 with its
+#    reference kernels (im2col + OpenBLAS). The bound is float32's own rounding spread on this
+#    trajectory, measured in this run on this CPU's kernels: S = the larger of |PyTorch float32 -
+#    float64| and |ours - ours with a second OpenBLAS kernel family| (other_blas_core). Ours is one
+#    more float32 evaluation of the same sums, so its distance from float64 is one such spread;
+#    the bound is 2 S, the second S for a kernel family that rounds worse than the two that set S
+#    (SkylakeX's SGEMM carries up to 4x Haswell's error per product on this model's shapes, which
+#    the |ours - ours_alt| term already sees). Measured on an AMD EPYC Zen 4: S = 2.2e-5 (PyTorch
+#    float32's own), ours 3.2e-6 (Cooperlake kernels) and 1.1e-5 (SkylakeX); a different step
+#    (the union batch, below) is 2e-4 away and must stay above the bound. The setting keeps the trajectory stable: at lr 0.01 and
+#    momentum 0.9 float32 rounding doubles every step on this model (4e-4 after 20 steps), and the
+#    union batch would be lost in it; at lr 0.002, momentum 0.5 it stays near the per-step
+#    rounding. Parameters are compared absolutely; BN running statistics relative to max(1, |v|).
 ACC_SGD=(--lr 0.002 --momentum 0.5)
 if py_has $PY torch h5py; then
   mkdir -p "$TMP/pt"
@@ -27,50 +34,67 @@ from convnet_torch import ConvNet
 torch.manual_seed(7)
 torch.save(ConvNet().state_dict(), '$TMP/pt/init.pt')"
   $PY "$REPO/tools/import_from_pytorch.py" "$TMP/pt/init.pt" -o "$TMP/pt/init.h5" >/dev/null
-  run ours 300 mpirun -np 2 "$BIN" "${COMMON[@]}" --epochs 1 --init-weights "$TMP/pt/init.h5" --cpu-kernels reference "${ACC_SGD[@]}" --accumulate 3 --batch-size 50 --max-steps 20 --debug-sample-log "$TMP/pt/samples" --checkpoint-dir "$TMP/pt/c" --log-dir "$TMP/pt/l"
+  ORACLE_RUN=(--epochs 1 --init-weights "$TMP/pt/init.h5" --cpu-kernels reference "${ACC_SGD[@]}" --batch-size 50 --max-steps 20)
+  run ours 300 mpirun -np 2 "$BIN" "${COMMON[@]}" "${ORACLE_RUN[@]}" --accumulate 3 --debug-sample-log "$TMP/pt/samples" --checkpoint-dir "$TMP/pt/c" --log-dir "$TMP/pt/l"
   ours_rc=$RC
-  run theirs 300 mpirun -np 2 $PY "$REPO/tests/pytorch_oracle.py" ddp-accumulate --float64 "${ACC_SGD[@]}" --init "$TMP/pt/init.pt" --data "$DATA" --samples "$TMP/pt/samples" --batch 50 --accumulate 3 --steps 20 --out "$TMP/pt/theirs.npz"
+  alt_core=$(other_blas_core)
+  run ours_alt 300 env OPENBLAS_CORETYPE="$alt_core" mpirun -np 2 "$BIN" "${COMMON[@]}" "${ORACLE_RUN[@]}" --accumulate 3 --checkpoint-dir "$TMP/pt/alt" --log-dir "$TMP/pt/altl"
+  alt_rc=$RC
+  ORACLE=(mpirun -np 2 $PY "$REPO/tests/pytorch_oracle.py" ddp-accumulate "${ACC_SGD[@]}" --init "$TMP/pt/init.pt" --data "$DATA" --samples "$TMP/pt/samples" --batch 50 --accumulate 3 --steps 20)
+  run theirs32 300 "${ORACLE[@]}" --out "$TMP/pt/theirs32.npz"
+  t32_rc=$RC
+  run theirs 300 "${ORACLE[@]}" --float64 --out "$TMP/pt/theirs.npz"
   # Parameters, rank 0's BN running statistics (updated by every micro-batch's forward) and
-  # num_batches_tracked (20 x 3 forwards); the comparison's own exit status decides.
-  cmp=$($PY - "$TMP/pt/c/ckpt-00000020.h5" "$TMP/pt/theirs.npz" <<'PY' 2>&1
+  # num_batches_tracked (20 x 3 forwards); the comparison's own exit status decides. It leaves
+  # the bounds in $TMP/pt/bounds for the union check below.
+  cmp=$($PY - "$TMP/pt/c/ckpt-00000020.h5" "$TMP/pt/alt/ckpt-00000020.h5" "$TMP/pt/theirs.npz" "$TMP/pt/theirs32.npz" "$TMP/pt/bounds" <<'PY' 2>&1
 import sys, h5py, numpy as np
-f = h5py.File(sys.argv[1], "r")
-theirs = np.load(sys.argv[2])
-ours = {k: np.array(v) for k, v in f["model"].items()}  # parameters and BN buffers
-# Parameters within 1e-5 (absolute); BN running statistics, float32 sums of ~10^4 activations that
-# follow the parameters' own small drift, within 5e-5 of max(1, |value|).
-def err(k):
-    d = float(np.abs(ours[k].astype(np.float64) - theirs[k]).max())
-    return d / max(1.0, float(np.abs(theirs[k]).max())) if "running" in k else d
-params = {k: err(k) for k in theirs.files if "running" not in k and "tracked" not in k}
-stats = {k: err(k) for k in theirs.files if "running" in k}
-wp, ws = max(params, key=params.get), max(stats, key=stats.get)
-tracked = {k: (int(ours[k]), int(theirs[k])) for k in theirs.files if k.endswith("num_batches_tracked")}
-print(f"{params[wp]:.3g} at {wp}; BN statistics {stats[ws]:.3g} at {ws}; num_batches_tracked {sorted(set(tracked.values()))}")
-ok = (np.isfinite(params[wp]) and params[wp] < 1e-5 and np.isfinite(stats[ws]) and stats[ws] < 5e-5
-      and set(tracked.values()) == {(60, 60)} and len(params) == 10 and len(stats) == 4)
+ours, alt = ({k: np.array(v) for k, v in h5py.File(p, "r")["model"].items()} for p in sys.argv[1:3])
+ref, ref32 = np.load(sys.argv[3]), np.load(sys.argv[4])
+def dist(a, b, k):
+    d = float(np.abs(a[k].astype(np.float64) - b[k].astype(np.float64)).max())
+    return d / max(1.0, float(np.abs(b[k]).max())) if "running" in k else d
+groups = {"params": [k for k in ref.files if "running" not in k and "tracked" not in k],
+          "BN statistics": [k for k in ref.files if "running" in k]}
+def worst(a, b, keys):
+    k = max(keys, key=lambda k: dist(a, b, k))
+    return dist(a, b, k), k
+ok, out, bounds = True, [], []
+for name, keys in groups.items():
+    err, at = worst(ours, ref, keys)
+    spread = max(worst(ref32, ref, keys)[0], worst(ours, alt, keys)[0])
+    bound = 2 * spread
+    bounds.append(bound)
+    ok &= bool(np.isfinite(err) and err <= bound and spread > 0)
+    out.append(f"{name} {err:.3g} at {at} (bound 2 x spread {spread:.3g} = {bound:.3g})")
+tracked = {k: (int(ours[k]), int(ref[k])) for k in ref.files if k.endswith("num_batches_tracked")}
+ok &= set(tracked.values()) == {(60, 60)} and len(groups["params"]) == 10 and len(groups["BN statistics"]) == 4
+open(sys.argv[5], "w").write(f"{bounds[0]} {bounds[1]}\n")
+print("; ".join(out) + f"; num_batches_tracked {sorted(set(tracked.values()))}")
 sys.exit(0 if ok else 1)
 PY
 )
   cmp_rc=$?
   samples=$(cat "$TMP/pt/samples"/samples-epoch1-rank*.txt 2>/dev/null | wc -l)
-  if [[ $ours_rc -eq 0 && $RC -eq 0 && $samples == 6000 && $cmp_rc -eq 0 ]]; then
-    pass "matches_pytorch_ddp_no_sync (N=3, 2 ranks x 3 x 50 images x 20 steps = $samples samples: max |difference| $cmp)"
+  if [[ $ours_rc -eq 0 && $alt_rc -eq 0 && $t32_rc -eq 0 && $RC -eq 0 && $samples == 6000 && $cmp_rc -eq 0 ]]; then
+    pass "matches_pytorch_ddp_no_sync (N=3, 2 ranks x 3 x 50 images x 20 steps = $samples samples; OpenBLAS $(blas_core), second family $alt_core: $cmp)"
   else
-    fail "matches_pytorch_ddp_no_sync ours=$ours_rc theirs=$RC samples=$samples cmp='$cmp'" "$(show)"
+    fail "matches_pytorch_ddp_no_sync ours=$ours_rc alt=$alt_rc theirs32=$t32_rc theirs=$RC samples=$samples cmp='$cmp'" "$(show)"
   fi
   # The same run without accumulation (one micro-batch of 150) is a different trajectory (BN
-  # normalises per micro-batch): the comparison above can fail.
+  # normalises per micro-batch): it must land outside the bound above, or that check could not
+  # tell a wrong step from rounding.
   run union 300 mpirun -np 2 "$BIN" "${COMMON[@]}" --epochs 1 --init-weights "$TMP/pt/init.h5" --cpu-kernels reference "${ACC_SGD[@]}" --batch-size 150 --max-steps 20 --checkpoint-dir "$TMP/pt/u" --log-dir "$TMP/pt/ul"
+  read -r pbound _ <"$TMP/pt/bounds" 2>/dev/null || pbound=""
   ucmp=$($PY -c "
 import h5py, numpy as np
 ours = h5py.File('$TMP/pt/u/ckpt-00000020.h5', 'r')['model']
 theirs = np.load('$TMP/pt/theirs.npz')
 print(f\"{max(float(np.abs(np.array(ours[k]) - theirs[k]).max()) for k in theirs.files if 'running' not in k and 'tracked' not in k):.3g}\")" 2>&1)
-  if [[ $RC -eq 0 ]] && holds "$ucmp > 1e-4"; then
-    pass "one_batch_of_150_is_not_the_same_step (max |difference| $ucmp: the check above can fail)"
+  if [[ $RC -eq 0 && -n "$pbound" ]] && holds "$ucmp > $pbound"; then
+    pass "one_batch_of_150_is_not_the_same_step (max |difference| $ucmp, above the bound $(printf '%.3g' "$pbound"): the check above can fail)"
   else
-    fail "one_batch_of_150 rc=$RC ucmp=$ucmp" "$(show)"
+    fail "one_batch_of_150 rc=$RC ucmp=$ucmp bound=$pbound" "$(show)"
   fi
 else
   echo "skip - matches_pytorch_ddp_no_sync (python3-torch/python3-h5py not installed)"

@@ -65,12 +65,18 @@ print(f"{e:.3g} {n}")
 PYEOF
 }
 
-# union KERNELS TOL: one SGD step (momentum 0, lr 1 so the update is large) from the same initial
+# union KERNELS: one SGD step (momentum 0, lr 1 so the update is large) from the same initial
 # weights: 2 ranks x 50 with --sync-bn against 1 rank x 100, and without --sync-bn as the control.
-# The reference kernels (the oracle) differ only by summation order; oneDNN picks other
-# convolution algorithms for batch 50 and 100, so its bound is looser.
+# Both are float32 evaluations of one step in other summation orders (and, with oneDNN, other
+# convolution algorithms for batch 50 and 100): each within gamma_K of the exact step relative to
+# the magnitudes summed (Higham's gamma_K = K u / (1 - K u), u = 2^-24, the worst case of any
+# order, so of any kernel family), K = the longest float32 sum of the step: layer1's filter
+# gradient over 100 x 28 x 28 pixels, plus the 2-term all-reduce. relerr scales by the largest
+# update (or running statistic), so the bound on the difference is 2 gamma_K; the control (per-rank
+# BN) must land well outside it.
+UNION_TOL=$(awk 'BEGIN { k = 100 * 784 + 2; u = 2 ^ -24; printf "%.3g", 2 * k * u / (1 - k * u) }')
 union() {
-  local k="$1" tol="$2" name
+  local k="$1" tol="$UNION_TOL" name
   step1() {
     name="$1"; local np="$2"; shift 2
     run "$k-$name" 300 mpirun -np "$np" "$BIN" "${COMMON[@]}" --cpu-kernels "$k" --max-steps 1 \
@@ -84,12 +90,12 @@ union() {
   local ck=ckpt-00000001.h5 e_sync n_sync e_local n_local
   read -r e_sync n_sync <<<"$(relerr "$TMP/$k-w0/$ck" "$TMP/$k-union/$ck" "$TMP/$k-syncbn/$ck")"
   read -r e_local n_local <<<"$(relerr "$TMP/$k-w0/$ck" "$TMP/$k-union/$ck" "$TMP/$k-localbn/$ck")"
-  if holds "$e_sync < $tol" && holds "$e_local > 1e-2"; then
+  if holds "$e_sync < $tol" && holds "$e_local > 5 * $tol"; then
     pass "sync_bn_step_equals_the_union_batch_step_$k (2x50 vs 1x100: max rel. error $e_sync < $tol at $n_sync; without --sync-bn $e_local at $n_local)"
   else
     fail "sync_bn_step_equals_the_union_batch_step_$k: sync-bn $e_sync ($n_sync, bound $tol), local BN $e_local ($n_local)"
   fi
 }
-union reference 2e-5
-union onednn 1e-3
+union reference
+union onednn
 finish

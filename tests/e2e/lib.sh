@@ -69,6 +69,13 @@ resume_background() {
   return 0
 }
 
+# blas_core: the OpenBLAS kernel family this process runs (OPENBLAS_CORETYPE included);
+# other_blas_core: a second family this CPU can execute whose float32 rounding differs
+# (tests/kernel_variant.sh --blas), for the oracle tests that measure float32's rounding spread
+# inside the test (tests/e2e/accumulate_test.sh).
+blas_core() { OPENBLAS_VERBOSE=2 "$BIN" --version 2>&1 | sed -n 's/^Core: //p' | head -1; }
+other_blas_core() { MNIST_DDP_BIN="$BIN" "$REPO/tests/kernel_variant.sh" --blas; }
+
 # py_has PYTHON MODULE...: true when PYTHON can find every MODULE, without importing them
 # (importing torch costs ~2 s a probe; a module found but broken fails the test that uses it).
 py_has() {

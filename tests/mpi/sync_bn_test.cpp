@@ -76,24 +76,39 @@ TEST_P(SyncBnTest, RanksEqualOneProcessOnTheUnionBatch) {
       max_diff(part.logits.data(), whole.logits.data() + first[me] * 10, part.logits.size());
   const double dg = max_diff(part.grads.data(), whole.grads.data(), part.grads.size());
   const double db = max_diff(part.buffers.data(), whole.buffers.data(), part.buffers.size());
-  EXPECT_LT(dl, 1e-4) << "logits";
-  EXPECT_LT(dg, 1e-5) << "gradients";
-  EXPECT_LT(db, 1e-6) << "running statistics";
+  // Both are float32 evaluations of the same step, in other summation orders (a slice's sums
+  // plus an all-reduce, against one sum over the union): each within gamma_K of the exact one
+  // (compare.hpp), relative to the magnitudes summed, with K = the longest float32 sum of the step
+  // (layer1's filter gradient over the union's total x 28 x 28 pixels). The magnitude is each
+  // tensor's largest element (logits, gradients) or 1 (running statistics, from 0 / 1): 2 gamma_K
+  // x that bounds their difference whatever order each kernel family adds in.
+  const double gamma2 = 2 * testing::float32_gamma(static_cast<double>(total) * 784);
+  const auto largest = [](const std::vector<float>& v) {
+    double m = 0;
+    for (float e : v) m = testing::worst_of(m, std::fabs(double(e)));
+    return m;
+  };
+  const double bl = gamma2 * largest(whole.logits), bg = gamma2 * largest(whole.grads), bb = gamma2;
+  EXPECT_LT(dl, bl) << "logits";
+  EXPECT_LT(dg, bg) << "gradients";
+  EXPECT_LT(db, bb) << "running statistics";
   // The running statistics moved from their initial 0 / 1 (so equality above is not vacuous).
   const auto moved = std::count_if(whole.buffers.begin(), whole.buffers.end(),
                                    [](float v) { return v != 0.f && v != 1.f; });
   EXPECT_GT(moved, 40);
   if (me == 0)
     std::printf(
-        "   %d ranks, slices 2..%d: max |diff| logits %.2e, grads %.2e, running stats %.2e\n",
-        ranks, 1 + ranks, dl, dg, db);
-  // Without the exchanges each rank normalises by its own slice: the check above has teeth.
+        "   %d ranks, slices 2..%d: max |diff| logits %.2e (bound %.2e), grads %.2e (%.2e), "
+        "running stats %.2e (%.2e)\n",
+        ranks, 1 + ranks, dl, bl, dg, bg, db, bb);
+  // Without the exchanges each rank normalises by its own slice: outside the bound (the check
+  // above has teeth).
   if (ranks > 1) {
     Pass local = run(*ops, x.data() + static_cast<std::size_t>(first[me]) * 784,
                      y.data() + first[me], mine, 1.0 / total, nullptr);
     EXPECT_GT(
         max_diff(local.logits.data(), whole.logits.data() + first[me] * 10, local.logits.size()),
-        1e-3);
+        10 * bl);
   }
 }
 

@@ -2,6 +2,7 @@
 // fused BN->ReLU->pool op against the composition of the unfused ops, and float vs double forward.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <vector>
@@ -324,7 +325,22 @@ TEST(FloatVsDouble, ConvForwardAgrees) {
   std::vector<float> yf(ny), workf(conv2d_workspace(g));
   conv2d_forward(g, xd.data(), wd.data(), bd.data(), yd.data(), workd.data());
   conv2d_forward(g, xf.data(), wf.data(), bf.data(), yf.data(), workf.data());
-  for (std::size_t i = 0; i < ny; ++i) EXPECT_NEAR(yf[i], yd[i], 1e-5);
+  // The float inputs are the double ones rounded (relative error <= u each), and the float sums
+  // (im2col + SGEMM, in whatever order this CPU's kernels add) hold K = C*R*R products and the
+  // bias: per element |yf - yd| <= gamma_{K+3} * (sum |x||w| + |b|), the worst case of any
+  // summation order (compare.hpp), so no kernel family can exceed it.
+  Vec xa(xd), wa(wd), ba(bd), ya(ny);
+  for (Vec* v : {&xa, &wa, &ba})
+    for (double& e : *v) e = std::abs(e);
+  conv2d_forward(g, xa.data(), wa.data(), ba.data(), ya.data(), workd.data());
+  const double gamma = testing::float32_gamma(g.c * g.r * g.r + 3);
+  double worst = 0;
+  for (std::size_t i = 0; i < ny; ++i) {
+    EXPECT_LE(std::abs(yf[i] - yd[i]), gamma * ya[i]) << "element " << i;
+    worst = std::max(worst, std::abs(yf[i] - yd[i]) / (gamma * ya[i]));
+  }
+  // Float rounding shows (the comparison is not between identical numbers).
+  EXPECT_GT(worst, 0.0);
 }
 
 }  // namespace

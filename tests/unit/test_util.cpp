@@ -31,6 +31,11 @@ Config parse_flags(std::vector<std::string> args) {
   return c;
 }
 
+double step_float32_terms(int n, bool forward_only) {
+  const double forward = 25 + 400 + 1568;
+  return forward_only ? forward : forward + n + 10 + 800 + n * 14.0 * 14 + n * 28.0 * 28;
+}
+
 std::vector<float> uniform_floats(std::size_t n, std::uint64_t seed, float lo, float hi) {
   SplitMix64 r(seed);
   std::vector<float> v(n);

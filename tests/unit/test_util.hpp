@@ -32,6 +32,13 @@ class ComputeThreads {
   int before_;
 };
 
+// The error model of one training step of the ConvNet at batch n in float32: the lengths of its
+// float32 sums added along the step (forward: conv1 25, conv2 400, fc 1568 terms; backward: the
+// fc's n and 10, conv2's data gradient 800 and filter gradient n x 14 x 14, conv1's filter gradient
+// n x 28 x 28; BN's sums run in double). A result's relative error, against the largest element of
+// its tensor, stays within float32_gamma of this (compare.hpp); `forward_only` counts the forward.
+double step_float32_terms(int n, bool forward_only = false);
+
 // n floats uniform in [lo, hi) from SplitMix64(seed): the same numbers on every machine.
 std::vector<float> uniform_floats(std::size_t n, std::uint64_t seed, float lo = -1, float hi = 1);
 
