@@ -10,7 +10,7 @@
 #   bench/compare_pytorch.sh [EPOCHS] [RANKS] [ROUNDS]
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
-source tests/mpi_env.sh
+source bench/side_by_side_lib.sh
 EPOCHS="${1:-1}"
 RANKS="${2:-2}"
 ROUNDS="${3:-3}"
@@ -31,54 +31,16 @@ gflops=$(env -u OPENBLAS_CORETYPE build/bench/ops_bench --benchmark_filter='BM_S
 [[ -n "$gflops" ]] || gflops=0
 echo "   ${gflops} GFLOP/s (OpenBLAS kernels: ${blas_core:-unknown})"
 
-port=29600
 for ((r = 1; r <= ROUNDS; r++)); do
-  for v in pytorch mnist_ddp; do
-    dir="$RUNS/$v-r$r"
-    mkdir -p "$dir"
-    echo "== round $r/$ROUNDS: $v, ${RANKS} ranks x 1 thread, ${EPOCHS} epoch(s)"
-    port=$((port + 1))
-    if [[ $v == pytorch ]]; then
-      MASTER_PORT=$port timeout 1800 mpirun -np "$RANKS" /usr/bin/python3 bench/pytorch_ddp.py \
-        --data "$DATA" --epochs "$EPOCHS" --threads 1 >"$dir/stdout" 2>"$dir/stderr"
-    else
-      timeout 1800 mpirun -np "$RANKS" ./mnist_ddp --device cpu --data "$DATA" --epochs "$EPOCHS" --threads 1 \
-        --lr 0.01 --momentum 0.9 --progress off --log-dir "$dir" --checkpoint-dir "$dir/ckpt" \
-        >"$dir/stdout" 2>"$dir/stderr"
-    fi
-    rc=$?
-    rm -rf "$dir/ckpt"
-    printf '%s\t%s\t%s\t%s\n' "$v" "$r" "$rc" "$dir" >>"$RUNS/manifest.tsv"
-    if ((rc == 0)); then tail -n 1 "$dir/stdout" | cut -c1-160; else echo "   exit $rc: $(tail -n 2 "$dir/stderr" | tr '\n' ' ' | cut -c1-200)"; fi
-  done
+  train_run pytorch "$r" pytorch off
+  train_run mnist_ddp "$r" mnist_ddp off
 done
 
-python3 - "$RUNS" "$gflops" "$RANKS" "$ROUNDS" <<'PY'
-import json, statistics, sys
+PYTHONPATH=bench python3 - "$RUNS" "$gflops" "$RANKS" "$ROUNDS" <<'PY'
+import json, sys
+from side_by_side import medians
 runs, gflops, ranks, rounds = sys.argv[1], float(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
-
-def result(name, d):
-    try:
-        if name == "pytorch":
-            r = json.loads([l for l in open(f"{d}/stdout") if l.startswith("{")][-1])
-        else:
-            r = [json.loads(l) for l in open(f"{d}/metrics.jsonl") if '"done"' in l][-1]
-        steps = r.get("steps") or 0
-        return {"images_per_s": r["images_per_s"], "train_s": r["train_s"], "top1": r["top1"],
-                "ms_per_step": 1e3 * r["train_s"] / steps if steps else float("nan")}
-    except Exception:
-        return None
-
-per = {"pytorch": {"ok": [], "fail": []}, "mnist_ddp": {"ok": [], "fail": []}}
-for line in open(f"{runs}/manifest.tsv"):
-    name, rnd, rc, d = line.rstrip("\n").split("\t")
-    r = result(name, d) if rc == "0" else None
-    if r is None:
-        per[name]["fail"].append(rc if rc != "0" else "0, no result")
-    else:
-        per[name]["ok"].append(r)
-med = {n: {k: statistics.median(x[k] for x in p["ok"]) for k in p["ok"][0]}
-       for n, p in per.items() if p["ok"]}
+med, per = medians(runs, ["pytorch", "mnist_ddp"])
 ref = gflops * 1e9 / 16.4e6 * ranks
 labels = {"pytorch": "PyTorch DDP (gloo)", "mnist_ddp": "mnist_ddp (MPI)"}
 print()

@@ -6,6 +6,7 @@
 #include <cblas.h>
 
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -14,6 +15,7 @@
 #include "mnist_ddp/ops/ops.hpp"
 #include "ops/cpu/blocked_ops.hpp"
 #include "ops/cpu/cpu_kernels.hpp"
+#include "ops/cpu/dnnl_bf16.hpp"
 
 namespace {
 
@@ -220,14 +222,96 @@ BENCHMARK(BM_OneDnnConv)
     ->Args({2, 2})
     ->Unit(benchmark::kMillisecond);
 
+// oneDNN's bf16 matmul (bf16 inputs, fp32 accumulation and output) on one core at n x n x n: the
+// bf16 GEMM-rate reference of bench/compare_precision.sh, beside BM_Sgemm's fp32 one. Skipped
+// without bf16 units.
+void BM_Bf16Matmul(benchmark::State& st) {
+  if (mnist_ddp::bf16::cpu_units() == mnist_ddp::bf16::Units::None) {
+    st.SkipWithError("no bf16 units on this CPU");
+    return;
+  }
+  using dnnl::memory;
+  const memory::dim n = st.range(0);
+  const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  dnnl::stream stream(engine);
+  const memory::desc a_md({n, n}, memory::data_type::bf16, memory::format_tag::ab),
+      c_md({n, n}, memory::data_type::f32, memory::format_tag::ab);
+  const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, a_md, c_md), engine);
+  const dnnl::matmul mm(pd);
+  memory a(a_md, engine), b(a_md, engine), c(c_md, engine);
+  std::memset(a.get_data_handle(), 0x3f, static_cast<std::size_t>(n * n) * 2);  // 0.75-ish
+  std::memset(b.get_data_handle(), 0x3f, static_cast<std::size_t>(n * n) * 2);
+  for (auto _ : st) {
+    mm.execute(stream, {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}});
+    stream.wait();
+  }
+  st.SetLabel(pd.impl_info_str());
+  st.counters["GFLOP/s"] = benchmark::Counter(
+      2.0 * n * n * n, benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
+}
+BENCHMARK(BM_Bf16Matmul)->Arg(1024)->Unit(benchmark::kMillisecond);
+
+// The convolutions' passes in bf16 (--amp bf16): oneDNN's bf16 primitive with its conversions in
+// and out (every pass, whether or not bf16::runs_bf16 picks it), beside BM_OneDnnConv's fp32 ones:
+// the measurements behind runs_bf16's exceptions. Args as BM_OneDnnConv's. Skipped without bf16
+// units.
+void BM_OneDnnConvBf16(benchmark::State& st) {
+  namespace bf16 = mnist_ddp::bf16;
+  if (bf16::cpu_units() == bf16::Units::None) {
+    st.SkipWithError("no bf16 units on this CPU");
+    return;
+  }
+  const ConvGeom g = geom(static_cast<int>(st.range(0)), 0);
+  const int dir = static_cast<int>(st.range(1));
+  const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  dnnl::stream stream(engine);
+  bf16::Conv conv(engine, g, bf16::cpu_units(), true);
+  const bf16::Pass pass = dir == 0   ? bf16::Pass::Forward
+                          : dir == 1 ? bf16::Pass::BackwardWeights
+                                     : bf16::Pass::BackwardData;
+  if (!conv.bf16(pass)) {
+    st.SkipWithError("oneDNN has no JIT bf16 kernel for this pass");
+    return;
+  }
+  const auto padded = [](int c) { return static_cast<std::size_t>((c + 15) / 16 * 16); };
+  auto x = random_vec(padded(g.c) * g.n * g.h * g.w, 1);
+  auto w = random_vec(static_cast<std::size_t>(g.k) * g.c * g.r * g.r, 2);
+  auto b = random_vec(g.k, 3);
+  auto y = random_vec(padded(g.k) * g.n * g.out_h() * g.out_w(), 4);
+  std::vector<float> dw(w.size()), db(b.size()), dx(x.size());
+  for (auto _ : st) {
+    if (dir == 0) conv.forward(stream, x.data(), w.data(), b.data(), y.data());
+    if (dir == 1) conv.backward_weights(stream, x.data(), y.data(), dw.data(), db.data());
+    if (dir == 2) conv.backward_data(stream, w.data(), y.data(), dx.data());
+  }
+  st.SetLabel(conv.impl(pass) + (bf16::runs_bf16(g, pass, bf16::cpu_units(), conv.impl(pass))
+                                     ? " (runs under --amp bf16)"
+                                     : " (fp32 runs under --amp bf16)"));
+  conv_counters(st, g, 1);
+}
+BENCHMARK(BM_OneDnnConvBf16)
+    ->Args({1, 0})
+    ->Args({1, 1})
+    ->Args({2, 0})
+    ->Args({2, 1})
+    ->Args({2, 2})
+    ->Unit(benchmark::kMillisecond);
+
 // One full forward + backward of the model at batch 100 (no communication, no optimizer) on
 // each CPU backend: this is the benchmark behind choosing oneDNN over im2col + OpenBLAS.
-// Arg: 0 = oneDNN, 1 = reference.
+// Arg: 0 = oneDNN, 1 = reference, 2 = oneDNN under --amp bf16 (skipped without bf16 units).
 void BM_ModelStep(benchmark::State& st) {
-  auto ops = mnist_ddp::make_ops(mnist_ddp::Device::Cpu, st.range(0) == 0
-                                                             ? mnist_ddp::CpuKernels::OneDnn
-                                                             : mnist_ddp::CpuKernels::Reference);
-  st.SetLabel(st.range(0) == 0 ? "onednn" : "reference");
+  auto ops = mnist_ddp::make_ops(mnist_ddp::Device::Cpu, st.range(0) == 1
+                                                             ? mnist_ddp::CpuKernels::Reference
+                                                             : mnist_ddp::CpuKernels::OneDnn);
+  st.SetLabel(st.range(0) == 0 ? "onednn" : st.range(0) == 1 ? "reference" : "onednn bf16");
+  if (st.range(0) == 2) {
+    if (mnist_ddp::bf16::cpu_units() == mnist_ddp::bf16::Units::None) {
+      st.SkipWithError("no bf16 units on this CPU");
+      return;
+    }
+    ops->set_amp(mnist_ddp::AmpMode::Bf16, nullptr, nullptr);
+  }
   mnist_ddp::ConvNet model(*ops, kBatch);
   model.init(1);
   auto x = random_vec(static_cast<std::size_t>(kBatch) * 784, 5);
@@ -243,7 +327,7 @@ void BM_ModelStep(benchmark::State& st) {
   st.counters["GFLOP/s"] = benchmark::Counter(
       16.4e6 * kBatch, benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
 }
-BENCHMARK(BM_ModelStep)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_ModelStep)->Arg(0)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond);
 
 }  // namespace
 

@@ -28,12 +28,17 @@ if [[ $RC -eq 0 && "$counts" == ok* ]]; then
 else
   fail "comm_bench rc=$RC $counts" "$(show)"
 fi
-run ops_bench 300 "$OB" --benchmark_filter='BM_BnReluPool|BM_OneDnnConv' --benchmark_min_time=0.01
+run ops_bench 300 "$OB" --benchmark_filter='BM_BnReluPool|BM_OneDnnConv|BM_Bf16Matmul|BM_ModelStep/2' --benchmark_min_time=0.01
+# The bf16 rows (--amp bf16's passes, the bf16 GEMM reference, the bf16 step): labelled with
+# oneDNN's bf16 kernels where the CPU has bf16 units, skipped with the reason where it has none.
+bf16_rows=$(grep -cE "^BM_(OneDnnConvBf16/[12]/[012] .*_bf16.*--amp bf16\)|Bf16Matmul/1024 .*GFLOP/s.*bf16|ModelStep/2 .*onednn bf16)$" "$OUT")
+bf16_skips=$(grep -cE "^BM_(OneDnnConvBf16|Bf16Matmul|ModelStep/2).*no bf16 units on this CPU" "$OUT")
 if [[ $RC -eq 0 ]] && [[ $(grep -c "BM_BnReluPool/" "$OUT") -ge 8 ]] &&
-   [[ $(grep -cE "^BM_OneDnnConv/[12]/[012] .*jit:.* block (8|16)$" "$OUT") -eq 5 ]]; then
-  pass "ops_bench_fused_kernels_and_onednn_convolutions_run ($(grep -m1 -o "jit:.* block [0-9]*" "$OUT"))"
+   [[ $(grep -cE "^BM_OneDnnConv/[12]/[012] .*jit:.* block (8|16)$" "$OUT") -eq 5 ]] &&
+   [[ $bf16_rows -eq 7 || $bf16_skips -eq 7 ]]; then
+  pass "ops_bench_fused_kernels_and_onednn_convolutions_run ($(grep -m1 -o "jit:.* block [0-9]*" "$OUT"); bf16 rows: $bf16_rows run, $bf16_skips skipped)"
 else
-  fail "ops_bench rc=$RC" "$(show)"
+  fail "ops_bench rc=$RC bf16 rows $bf16_rows skipped $bf16_skips" "$(show)"
 fi
 # ARCH= builds a tree for that instruction set in its own folder (bench/compare_isa.sh's AVX2 path).
 dry=$(make -s -n -B -C "$REPO" ARCH=x86-64-v3 USE_CUDA=0 build/x86-64-v3/src/data/idx.o 2>&1)
@@ -45,8 +50,11 @@ fi
 # The before/after benchmarks refuse what they cannot run, before building or training anything.
 run compare_isa_bad 30 "$REPO/bench/compare_isa.sh" one
 run_isa=$RC; err_isa=$(cat "$ERR")
+run compare_precision_bad 30 "$REPO/bench/compare_precision.sh" 1 two
+run_prec=$RC; err_prec=$(cat "$ERR")
 run compare_builds_bad 30 "$REPO/bench/compare_builds.sh" /nonexistent "$REPO/mnist_ddp"
 if [[ $run_isa -eq 2 && "$err_isa" == *"positive whole numbers; got 'one'"* && $RC -eq 2 ]] &&
+   [[ $run_prec -eq 2 && "$err_prec" == *"compare_precision.sh [EPOCHS] [RANKS] [ROUNDS] (positive whole numbers; got 'two')"* ]] &&
    grep -q "usage: bench/compare_builds.sh BINARY_A BINARY_B" "$ERR"; then
   pass "compare_benches_refuse_bad_arguments"
 else
