@@ -27,7 +27,7 @@ run_on_off() {
       flags_for "$mode" "$r"
       log="$OUTDIR/$mode-r$r.out"
       # A fresh checkpoint directory per run: each run is a new lineage, and a directory holding
-      # another run's checkpoints is refused (README "Running many jobs").
+      # another run's checkpoints is refused (docs/slurm.md).
       rm -rf "$OUTDIR/ckpt-$mode-r$r"
       mpirun -np "$RANKS" ./mnist_ddp "${COMMON[@]}" "${FLAGS[@]}" --log-dir "$OUTDIR/log-$mode-r$r" \
         --checkpoint-dir "$OUTDIR/ckpt-$mode-r$r" >"$log" 2>&1

@@ -9,7 +9,7 @@ the ConvNet below, and optionally evaluates it on an MNIST-format test set with 
     normalisation folded in as its first nodes; output "logits" N x 10)
 
 Needs Debian's python3-torch and python3-h5py (`make deps`). The checkpoint's /model group holds
-exactly the ConvNet's state_dict keys and shapes, so loading is a loop (see also the README).
+exactly the ConvNet's state_dict keys and shapes, so loading is a loop (see also docs/checkpoints.md).
 """
 import argparse
 import json

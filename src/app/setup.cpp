@@ -231,7 +231,8 @@ DataSplit load_data(Comm& control, const Config& cfg, const Identity& id, const 
   if (cfg.amp == AmpMode::Off && dnnl.bf16_units == "AMX-BF16") {
     log.info(
         "note: this CPU has AMX-BF16 units, idle in fp32 training: --amp bf16 runs the "
-        "convolutions on them (fp32 accumulation and master weights; docs: README, Performance)");
+        "convolutions on them (fp32 accumulation and master weights; docs/gpu.md, "
+        "docs/performance.md)");
   }
   log.info(fmt::format(
       "data: {} from {} ({} train, {} test, labels crc32 {:08x}, mean {:.4f} "

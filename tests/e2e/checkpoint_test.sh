@@ -264,9 +264,9 @@ else
 fi
 
 # --- export to PyTorch reproduces mnist_ddp's own evaluation ---------------------------------
-# This and the README snippet run Python only: the sanitizers' run leaves both to make test.
+# This and the docs snippet run Python only: the sanitizers' run leaves both to make test.
 if [[ -n "${MNIST_DDP_SANITIZER:-}" ]]; then
-  echo "skip - export_to_pytorch, readme_snippet (Python only, no mnist_ddp launch: the $MNIST_DDP_SANITIZER run leaves them to make test)"
+  echo "skip - export_to_pytorch, docs_snippet (Python only, no mnist_ddp launch: the $MNIST_DDP_SANITIZER run leaves them to make test)"
 elif py_has $PY torch h5py; then
   ours=$($PY -c "import json; print([json.loads(l) for l in open('$TMP/A/log/metrics.jsonl') if '\"done\"' in l][-1]['top1'])")
   theirs=$($PY "$REPO/tools/export_to_pytorch.py" "$TMP/A/ckpt-00000075.h5" --eval "$DATA" -o "$TMP/convnet.pt" |
@@ -280,12 +280,12 @@ else
   echo "skip - export_to_pytorch (python3-torch/python3-h5py not installed)"
 fi
 
-# --- the README's snippet, as written there, is working inference ---------------------------------
-# Its text is taken from README.md (not a copy), pointed at a real checkpoint, and given the raw
+# --- the checkpoint page's snippet, as written there, is working inference -------------------------
+# Its text is taken from docs/checkpoints.md (not a copy), pointed at a real checkpoint, and given the raw
 # uint8 test images: its accuracy must equal mnist_ddp's own evaluation of that checkpoint within
 # 0.1 point, with the transform read from the checkpoint alone.
 if [[ -z "${MNIST_DDP_SANITIZER:-}" ]] && py_has $PY torch h5py; then
-  awk '/^```python/{f=1;next} /^```/{if(f)exit} f' "$REPO/README.md" |
+  awk '/^```python/{f=1;next} /^```/{if(f)exit} f' "$REPO/docs/checkpoints.md" |
     sed "s|checkpoints/ckpt-00000600.h5|$TMP/A/ckpt-00000075.h5|" > "$TMP/snippet.py"
   cat >> "$TMP/snippet.py" <<PY
 import sys
@@ -299,9 +299,9 @@ PY
   got=$($PY "$TMP/snippet.py" 2>"$TMP/snippet.err" | tail -1)
   theirs=$(awk '$1 == "loaded" && $3 == "top1" { print $4 }' <<<"$got")
   if [[ "$got" == "loaded 75 top1 "* ]] && awk -v a="$ours" -v b="$theirs" 'BEGIN { exit !((a - b) ^ 2 <= 0.001 ^ 2) }'; then
-    pass "readme_snippet_is_working_inference (README's own text: top-1 $theirs, mnist_ddp $ours)"
+    pass "docs_snippet_is_working_inference (docs/checkpoints.md's own text: top-1 $theirs, mnist_ddp $ours)"
   else
-    fail "readme_snippet_is_working_inference: '$got' vs mnist_ddp $ours" "$($PY "$TMP/snippet.py" 2>&1 | tail -3)"
+    fail "docs_snippet_is_working_inference: '$got' vs mnist_ddp $ours" "$($PY "$TMP/snippet.py" 2>&1 | tail -3)"
   fi
 fi
 finish

@@ -96,7 +96,7 @@ enum class ParseOutcome { Run, ExitOk };
 // return ExitOk. A bad command line throws UserError naming the flag and the fix.
 ParseOutcome parse_cli(int argc, char** argv, Config& cfg, bool print);
 
-// The --help text (for the README consistency test).
+// The --help text (for the docs/flags.md consistency test).
 std::string help_text();
 
 // The configuration as one JSON object (logged at start, stored in every checkpoint).

@@ -3,7 +3,7 @@
 // attribute is the last thing written), Fletcher32 on every array plus a CRC32 over the whole
 // payload, validated on load, newest-first resume with fallback, keep-last-K retention.
 //
-// Schema (format "mnist_ddp-checkpoint", version 2; documented with h5dump in the README):
+// Schema (format "mnist_ddp-checkpoint", version 2; documented with h5dump in docs/checkpoints.md):
 //   /                 attrs: format, format_version, model, step, epoch, sample_offset,
 //                     world_size, seed, program_version, config (JSON), created, payload_crc32,
 //                     run_id (the lineage: made when a run starts fresh, kept across resumes;
@@ -18,7 +18,7 @@
 //   /rank             attrs: hook_iter, hook_rng (PowerSGD's step counter and generator state)
 //   /rank/<r>/<name>  float32 1-D per-rank state: PowerSGD's error feedback (powersgd_error_<b>)
 //                     and Q (powersgd_q_<b>) of bucket b; empty groups for the other hooks
-//   /amp              attrs: loss_scale, growth_tracker (only when trained with --amp fp16)
+//   /amp              attrs: loss_scale, growth_tracker (--amp fp16's scaler; loss_scale 0 without)
 //   /data             attrs: name, mean, std (float64: exactly what training normalised with),
 //                     labels_crc32, train_count, image_shape (1, 28, 28), transform (readable)
 //                     (version 2; version 1 files load without it, with a warning on resume)

@@ -1,7 +1,7 @@
 // rng.hpp — the project's own specified PRNG (SplitMix64), so shuffles and initial weights are the
 // same with every compiler and standard library (std::shuffle/std::uniform_* are not).
 //
-// Specification (also in the README):
+// Specification (also in docs/reproducibility.md):
 //   next():   state += 0x9E3779B97F4A7C15; z = state;
 //             z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9; z = (z ^ (z >> 27)) * 0x94D049BB133111EB;
 //             return z ^ (z >> 31)

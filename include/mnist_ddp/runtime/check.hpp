@@ -8,7 +8,7 @@
 
 namespace mnist_ddp {
 
-// Exit codes users and scripts can rely on (documented in the README).
+// Exit codes users and scripts can rely on (documented in the README and docs/outputs.md).
 inline constexpr int kExitOk = 0;
 inline constexpr int kExitUserError = 2;         // bad flag, bad data, launcher misconfiguration
 inline constexpr int kExitReplicaDiverged = 3;   // --check-replicas found differing parameters

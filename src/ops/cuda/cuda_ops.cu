@@ -60,9 +60,10 @@ const Perf* pick_algorithm(const Perf* perf, int found, bool fma_only) {
 // convolutions, taken when the heuristics list it as usable and deterministic; otherwise (and for
 // 16-bit data) pick_algorithm's choice. A fixed preference, not a timing at start-up, so every run
 // and every rank runs the same kernels (bitwise reproducible; resume and graphs-vs-eager stay
-// exact). Measured on an H100, batch 100 (bench/gpu_conv_algos.cu, bench/RESULTS.md): layer2
-// forward IMPLICIT_GEMM 36 us against the heuristics' IMPLICIT_PRECOMP_GEMM 82 us; weight
-// gradient FFT 45 us (42 MiB of workspace) against the heuristics' ALGO_1 54 us.
+// exact). Measured on an H100, batch 100 (bench/gpu_conv_algos.cu;
+// bench/results/2026-11-27-gpu-direct-conv.md): layer2 forward IMPLICIT_GEMM 36 us against the
+// heuristics' IMPLICIT_PRECOMP_GEMM 82 us; weight gradient FFT 45 us (42 MiB of workspace)
+// against the heuristics' ALGO_1 54 us.
 template <typename Perf, typename Algo>
 const Perf* pick_preferred(const Perf* perf, int found, bool fma_only, bool fp32, Algo preferred) {
   if (fp32) {

@@ -1,11 +1,12 @@
 // direct_conv.cuh — direct convolution kernels for one input channel (the ConvNet's layer1: 1 -> 16
 // channels, 5x5, pad 2, on 28x28 images), used by CudaOps in place of cuDNN for fp32 data. At
 // batch 100 cuDNN spent 35 us (forward) and 70 us (weight gradient) on 63 MFLOP each (first GPU
-// run, bench/RESULTS.md): its kernels are sized for large problems. Here each block keeps one
-// zero-padded image in shared memory and the taps in registers; the weight gradient is reduced
-// split over the batch with the partials added in a fixed order, so results are bitwise
-// deterministic. Full FP32 arithmetic (no TF32), also with --tf32 on. The forward also produces
-// the BatchNorm statistics' partial sums of its output (the layer's BN follows the convolution).
+// run, bench/results/2026-11-26-gpu-first-h100.md): its kernels are sized for large problems.
+// Here each block keeps one zero-padded image in shared memory and the taps in registers; the
+// weight gradient is reduced split over the batch with the partials added in a fixed order, so
+// results are bitwise deterministic. Full FP32 arithmetic (no TF32), also with --tf32 on. The
+// forward also produces the BatchNorm statistics' partial sums of its output (the layer's BN
+// follows the convolution).
 // Private to src/ops/cuda/.
 #pragma once
 
