@@ -96,10 +96,7 @@ void warn_about_changed_settings(const std::string& stored_json, const Config& c
 StartState restore_start_state(Comm& control, const Config& cfg, DataSplit& data, Ops& ops,
                                ConvNet& model, Trainer& trainer, Logger& log) {
   const CheckpointLayout layout = checkpoint_layout(model);
-  const auto warn = [&](const std::string& w) {
-    std::fprintf(stderr, "mnist_ddp: warning: %s\n", w.c_str());
-    log.file("warning: " + w);
-  };
+  const auto warn = [&](const std::string& w) { log.warn(w); };
   // --eval-only and --init-weights need a model (from a full or a weights-only checkpoint);
   // --resume needs the whole training state. The same on every rank (flags).
   const bool model_only = cfg.eval_only || !cfg.init_weights.empty();

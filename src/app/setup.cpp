@@ -223,10 +223,10 @@ DataSplit load_data(Comm& control, const Config& cfg, const Identity& id, const 
       "thread(s)/rank",
       kVersion, id.world, id.num_nodes, to_string(where.device), kernels, where.threads));
   if (dnnl.convolution.find("ref") != std::string::npos) {
-    log.info(fmt::format(
-        "warning: oneDNN has no JIT convolution for this CPU ({}): its reference convolution is "
-        "far slower than --cpu-kernels reference (im2col + OpenBLAS); pass that",
-        dnnl.convolution));
+    log.warn(
+        fmt::format("oneDNN has no JIT convolution for this CPU ({}): its reference convolution is "
+                    "far slower than --cpu-kernels reference (im2col + OpenBLAS); pass that",
+                    dnnl.convolution));
   }
   if (cfg.amp == AmpMode::Off && dnnl.bf16_units == "AMX-BF16") {
     log.info(

@@ -53,15 +53,45 @@ void write_file(const std::string& tmp, const TrainingState& s, const Checkpoint
   file.close_checked();
 }
 
-// A failed write leaves nothing behind but the earlier, complete checkpoints.
+// What a failed write means to the user and what to do, from the system's error text in the
+// library's message (HDF5 and our own writes both carry strerror's words); nullptr where none fits.
+struct WriteFailure {
+  const char* errno_text;
+  const char* what;
+  const char* fix;
+};
+constexpr WriteFailure kWriteFailures[] = {
+    {"No space left on device", "the disk is full",
+     "free space there, or pass another --checkpoint-dir"},
+    {"Disk quota exceeded", "your disk quota is used up",
+     "free space (quota -s shows it), or pass another --checkpoint-dir"},
+    {"Read-only file system", "the filesystem is read-only",
+     "pass a --checkpoint-dir on a writable filesystem"},
+    {"No such file or directory", "the checkpoint directory is gone (removed or unmounted)",
+     "restore it, or pass another --checkpoint-dir"},
+    {"Permission denied", "this user may not write there",
+     "fix the directory's permissions, or pass another --checkpoint-dir"},
+    {"Input/output error", "the storage reported an I/O error",
+     "check the filesystem (its server or disk), or pass another --checkpoint-dir"},
+};
+
+// A failed write leaves nothing behind but the earlier, complete checkpoints. The message says
+// what happened and what to do first, the library's words after.
 [[noreturn]] void discard_and_throw(const std::string& tmp, const std::string& final_path,
                                     const std::string& dir, const std::string& why) {
   std::error_code ec;
   fs::remove(tmp, ec);
+  const WriteFailure* f = nullptr;
+  for (const WriteFailure& w : kWriteFailures)
+    if (why.find(w.errno_text) != std::string::npos) f = f == nullptr ? &w : f;
   throw UserError(
-      fmt::format("checkpoint {} not written: {}. Existing checkpoints in {} are "
-                  "untouched; free space or pass another --checkpoint-dir",
-                  final_path, why, dir));
+      fmt::format("checkpoint {} not written: {}; {}. The checkpoints already in {} are untouched. "
+                  "(Detail: {})",
+                  final_path, f != nullptr ? f->what : "the write failed",
+                  f != nullptr ? f->fix
+                               : "check the directory and its filesystem, or pass another "
+                                 "--checkpoint-dir",
+                  dir, why));
 }
 
 }  // namespace

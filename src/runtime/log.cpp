@@ -1,6 +1,7 @@
 // log.cpp — Logger: spdlog sinks for console and file, JSONL metrics, TTY progress line.
 #include "mnist_ddp/runtime/log.hpp"
 
+#include <spdlog/pattern_formatter.h>
 #include <spdlog/sinks/basic_file_sink.h>
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
@@ -36,7 +37,10 @@ Logger::Logger(int rank, const std::string& log_dir, bool live_progress, bool ap
   }
   try {
     auto file_sink = std::make_shared<spdlog::sinks::basic_file_sink_st>(log_path_, !append);
-    file_sink->set_pattern("[%Y-%m-%d %H:%M:%S.%e] %v");
+    // ISO 8601 in UTC with the zone written, as metrics.jsonl's times: lines from nodes in other
+    // zones (or a cluster's UTC against a laptop's local time) compare as they are.
+    file_sink->set_formatter(std::make_unique<spdlog::pattern_formatter>(
+        "[%Y-%m-%dT%H:%M:%S.%eZ] %v", spdlog::pattern_time_type::utc));
     auto console_sink = std::make_shared<spdlog::sinks::stdout_sink_st>();
     console_sink->set_pattern("%v");
     console_ = std::make_shared<spdlog::logger>("mnist_ddp",
@@ -70,6 +74,15 @@ void Logger::info(const std::string& line) {
 void Logger::file(const std::string& line) {
   if (rank_ != 0) return;
   file_->info(line);
+}
+
+void Logger::warn(const std::string& line) {
+  if (rank_ != 0) return;
+  clear_progress();
+  std::fflush(stdout);  // the lines before it first, where both streams share a terminal or file
+  std::fprintf(stderr, "mnist_ddp: warning: %s\n", line.c_str());
+  std::fflush(stderr);
+  file_->info("warning: " + line);
 }
 
 void Logger::metrics(const nlohmann::json& record) {

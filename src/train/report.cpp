@@ -173,10 +173,10 @@ void Reporter::stopping(const char* signal, std::int64_t step) {
 }
 
 void Reporter::capture_fell_back(int batch, const std::string& why) {
-  log_.info(fmt::format(
-      "warning: CUDA graphs: capture failed for batch size {} on {}; every rank runs steps of "
-      "that size eagerly from now on (correct, slower)",
-      batch, why));
+  log_.warn(
+      fmt::format("CUDA graphs: capture failed for batch size {} on {}; every rank runs steps of "
+                  "that size eagerly from now on (correct, slower)",
+                  batch, why));
 }
 
 void Reporter::graphs(int captured, std::int64_t replayed, std::int64_t runs) {

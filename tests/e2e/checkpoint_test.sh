@@ -213,9 +213,10 @@ else
 fi
 fd_rc=$RC; fd_err="$ERR"
 train fulldisk_check "$TMP/full_check" --resume "$TMP/full/ckpt-00000010.h5" --max-steps 10 --log-dir "$TMP/full_log2"
-if [[ $fd_rc -eq 2 ]] && grep -q "No space left on device" "$fd_err" && grep -q "untouched" "$fd_err" &&
+# The message says what happened and what to do first, in the user's words, the library's after.
+if [[ $fd_rc -eq 2 ]] && grep -q "not written: the disk is full; free space there, or pass another --checkpoint-dir. The checkpoints already in .* are untouched. (Detail: .*No space left on device" "$fd_err" &&
    [[ $RC -eq 0 ]] && ! ls -A "$TMP/full" | grep -q tmp; then
-  pass "full_disk_keeps_previous_checkpoint ($how; ckpt-00000010.h5 still loads)"
+  pass "full_disk_keeps_previous_checkpoint ($how; ckpt-00000010.h5 still loads; $(grep -o 'not written: [^.]*' "$fd_err" | head -1))"
 else
   fail "full_disk_keeps_previous_checkpoint fd_rc=$fd_rc rc=$RC ($how)" "$(tail -5 "$fd_err")" "$(ls -la "$TMP/full")"
 fi

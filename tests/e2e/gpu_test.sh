@@ -278,7 +278,7 @@ case_capture_failure() {
   rc_fail=$RC fail_out="$OUT"
   run cf_off 120 "$BIN" --device cuda --tf32 off --cuda-graphs off --data "$DATA" --epochs 1 --max-steps 120 --batch-size 128 --progress off --log-dir "$TMP/cf_off" --checkpoint-dir "$TMP/cf_off"
   same=$(ckpt_same "$TMP/cf_fail/ckpt-00000120.h5" "$TMP/cf_off/ckpt-00000120.h5")
-  if [[ $rc_fail -eq 0 && $RC -eq 0 && "$same" == identical ]] && grep -q "CUDA graphs: capture failed" "$fail_out" &&
+  if [[ $rc_fail -eq 0 && $RC -eq 0 && "$same" == identical ]] && grep -q "CUDA graphs: capture failed" "$fail_out" "${fail_out%.out}.err" &&
      grep -q "CUDA graphs: 0 captured" "$fail_out" && grep -q "done: 120 steps" "$fail_out"; then
     pass "cuda_graph_capture_failure_falls_back_to_eager_bitwise ($(grep -o 'CUDA graphs: 0 captured.*' "$fail_out"))"
   else

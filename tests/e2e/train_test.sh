@@ -5,7 +5,7 @@
 source "$(dirname "$0")/lib.sh"
 DATA="$REPO/data/dataset"
 
-run train_2ranks 600 mpirun -np 2 "$BIN" --device cpu --data "$DATA" --epochs 1 --log-dir "$TMP/log2" --checkpoint-dir "$TMP/ckpt2" --progress off --check-replicas 100
+run train_2ranks 600 env TZ=XYZ-14 mpirun -np 2 "$BIN" --device cpu --data "$DATA" --epochs 1 --log-dir "$TMP/log2" --checkpoint-dir "$TMP/ckpt2" --progress off --check-replicas 100
 top1=$(grep -o "done: .* test top-1 [0-9.]*%" "$OUT" | grep -o "[0-9.]*%$" | tr -d %)
 bar=85
 grep -q "^mnist (" "$DATA/DATASET" && bar=98
@@ -22,9 +22,13 @@ if [[ $(grep -c "^# rank  local  host  *pid  device$" "$OUT") == 1 ]] &&
 else
   fail "placement_table_in_rank_order" "$(show)"
 fi
+# The log's timestamps are ISO 8601 in UTC with the zone written (as metrics.jsonl's): this hour's
+# UTC date and hour, whatever the time zone (the run above has TZ=XYZ-14, UTC+14, in POSIX form).
+utc_hour=$(date -u +%Y-%m-%dT%H)
+stamp=$(grep -m1 "done:" "$TMP/log2/mnist_train.log" | grep -oE '^\[[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{3}Z\]')
 if grep -q "data: $(head -1 "$DATA/DATASET" | cut -c1-20)" "$OUT" && [[ -s "$TMP/log2/mnist_train.log" ]] &&
-   grep -q "done:" "$TMP/log2/mnist_train.log"; then
-  pass "log_names_dataset_and_file_log_written"
+   [[ -n "$stamp" ]] && { [[ "${stamp:1:13}" == "$utc_hour" ]] || [[ "${stamp:1:13}" < "$utc_hour" ]]; }; then
+  pass "log_names_dataset_and_file_log_written (timestamps in UTC, ISO 8601: $stamp)"
 else
   fail "log_names_dataset_and_file_log_written" "$(show)"
 fi

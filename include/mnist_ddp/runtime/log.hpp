@@ -29,6 +29,9 @@ class Logger {
   void info(const std::string& line);
   // A line only in the log file.
   void file(const std::string& line);
+  // A warning: `mnist_ddp: warning: LINE` on rank 0's stderr (warnings and errors go to stderr,
+  // progress and results to stdout), and `warning: LINE` in the log file.
+  void warn(const std::string& line);
   // One JSON object per line in metrics.jsonl (flushed, so a killed job keeps its metrics).
   void metrics(const nlohmann::json& record);
   // Rewrites the live progress line (TTY only; no-op otherwise).
