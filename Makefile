@@ -345,7 +345,7 @@ test-chaos: all
 	@bash tests/chaos/chaos_test.sh
 
 # The Slurm workflows on a real local two-node Slurm (as root; `make test` includes it).
-test-slurm: all
+test-slurm: all $(COMM_BENCH_BIN)
 	@tools/install-deps.sh --tests
 	@data/prepare.sh
 	@tests/run_tests.sh slurm

@@ -17,10 +17,15 @@
 #   --warn S (0.8)  --critical S (0.6)  --rounds R (2)  --steps N (40, per measurement)
 #   --data DIR (data/dataset)  --device cpu|cuda (cpu)  --json FILE (check_cluster.json)
 #   --out DIR (check_cluster.<job id>)  --seconds S (60: a budget each step is cut to)
+# It needs build/bench/comm_bench beside the binary (`make build/bench/comm_bench`, or `make
+# test-build`); without it, exit 3 before anything runs.
+#SBATCH --job-name=check_cluster
+#SBATCH --time=00:10:00
+#SBATCH --output=%x-%j.out
 set -uo pipefail
 cd "${SLURM_SUBMIT_DIR:-.}" || exit 3
 WARN=0.8 CRIT=0.6 ROUNDS=2 STEPS=40 DATA=data/dataset DEVICE=cpu JSON="" OUTD="" BUDGET=60
-usage() { sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; }
 while (($#)); do
   case "$1" in
     --warn) WARN="$2"; shift 2 ;;
@@ -57,6 +62,10 @@ mkdir -p "$OUTD" || exit 3
 ROOT="${MNIST_DDP_ROOT:-$PWD}"
 BIN="$(command -v mnist_ddp || echo "$ROOT/mnist_ddp")"
 COMM_BENCH="$ROOT/build/bench/comm_bench"
+if [[ ! -x "$COMM_BENCH" ]]; then
+  echo "check_cluster.sh: $COMM_BENCH is missing (it measures the all-reduce bandwidth between the nodes): build it with 'make build/bench/comm_bench' in $ROOT, then run this again" >&2
+  exit 3
+fi
 T0=$SECONDS
 left() { local l=$((BUDGET - (SECONDS - T0))); ((l < 10)) && l=10; echo "$l"; }
 # --epochs STEPS: --max-steps is what ends every run (an epoch has a step at least), also the run of

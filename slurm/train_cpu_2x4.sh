@@ -9,7 +9,8 @@
 #SBATCH --time=00:30:00
 #SBATCH --requeue
 #SBATCH --signal=USR1@120
-#SBATCH --output=mnist_ddp-%j.out
+#SBATCH --output=%x-%j.out
+#SBATCH --open-mode=append
 set -euo pipefail
 cd "${SLURM_SUBMIT_DIR:-.}"
 # shellcheck source=common.sh

@@ -79,7 +79,7 @@ int train_and_report(Comm& control, const Config& cfg, Trainer& trainer, const D
                  {"steps", r.steps},
                  {"checkpoint", r.last_checkpoint}});
     std::int64_t requeued = 0;
-    if (cfg.requeue && (r.stop_signal == cfg.requeue_signal || r.stop_signal == SIGTERM)) {
+    if (requeues_on(r.stop_signal, cfg.requeue, cfg.requeue_signal)) {
       if (control.rank() == 0) {
         // Said first: once Slurm requeues the job it ends these processes (SIGTERM, which as a
         // second stop signal exits at once), possibly before scontrol has even returned.

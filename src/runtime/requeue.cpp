@@ -15,6 +15,10 @@ extern char** environ;
 
 namespace mnist_ddp {
 
+bool requeues_on(int stop_signal, bool requeue, int requeue_signal) {
+  return requeue && stop_signal != 0 && stop_signal == requeue_signal;
+}
+
 bool request_slurm_requeue(std::string* what) {
   const char* id = std::getenv("SLURM_JOB_ID");
   const std::string job = id != nullptr ? id : "";

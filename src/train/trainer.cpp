@@ -18,6 +18,7 @@
 #include "mnist_ddp/dist/replicas.hpp"
 #include "mnist_ddp/runtime/agree.hpp"
 #include "mnist_ddp/runtime/check.hpp"
+#include "mnist_ddp/runtime/requeue.hpp"
 #include "mnist_ddp/runtime/signals.hpp"
 #include "mnist_ddp/train/test_seams.hpp"
 
@@ -411,7 +412,7 @@ int Trainer::after_step(std::int64_t first_step) {
     stop_clock();
     report_.stopping(signal_name(stop), step_);
     if (tracer_ != nullptr) {
-      const bool requeue = cfg_.requeue && (stop == cfg_.requeue_signal || stop == SIGTERM);
+      const bool requeue = requeues_on(stop, cfg_.requeue, cfg_.requeue_signal);
       tracer_->instant(fmt::format("{} {}", requeue ? "requeue on" : "stop on", signal_name(stop)),
                        SpanArgs{.step = step_});
     }

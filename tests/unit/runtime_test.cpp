@@ -2,10 +2,13 @@
 // environments for mpirun, srun with and without PMIx, and no launcher.
 #include <gtest/gtest.h>
 
+#include <csignal>
+
 #include "mnist_ddp/runtime/check.hpp"
 #include "mnist_ddp/runtime/device.hpp"
 #include "mnist_ddp/runtime/identity.hpp"
 #include "mnist_ddp/runtime/placement.hpp"
+#include "mnist_ddp/runtime/requeue.hpp"
 
 namespace mnist_ddp {
 namespace {
@@ -200,6 +203,18 @@ TEST(Runtime, SrunWithoutBootstrapIsCaughtBeforeMpiInit) {
   EXPECT_FALSE(
       launch_problem_before_mpi({{"SLURM_PROCID", "0"}, {"SLURM_JOB_ID", "7"}}).has_value());
   EXPECT_FALSE(launch_problem_before_mpi({}).has_value());
+}
+
+// Only the requeue signal requeues (with --requeue): SIGTERM is scancel's, and a requeue then
+// would turn the user's cancel into a restart; a user who names TERM as the requeue signal gets it.
+TEST(Requeue, OnlyTheRequeueSignalRequeues) {
+  EXPECT_TRUE(requeues_on(SIGUSR1, true, SIGUSR1));
+  EXPECT_FALSE(requeues_on(SIGTERM, true, SIGUSR1));
+  EXPECT_FALSE(requeues_on(SIGINT, true, SIGUSR1));
+  EXPECT_FALSE(requeues_on(SIGUSR1, false, SIGUSR1));
+  EXPECT_FALSE(requeues_on(0, true, SIGUSR1));
+  EXPECT_TRUE(requeues_on(SIGTERM, true, SIGTERM));
+  EXPECT_TRUE(requeues_on(SIGUSR2, true, SIGUSR2));
 }
 
 }  // namespace

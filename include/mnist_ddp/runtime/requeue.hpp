@@ -1,12 +1,20 @@
-// requeue.hpp — preemption under Slurm: after the checkpoint a requeue signal (or SIGTERM) led
-// to, put the job back in the queue (`scontrol requeue $SLURM_JOB_ID`) so it restarts and resumes
-// from that checkpoint (--resume auto). The rolling preemption checkpoint is the store's
-// (checkpoint/store.hpp).
+// requeue.hpp — preemption under Slurm: which stop asks Slurm to requeue the job, and, after the
+// checkpoint such a stop led to, putting the job back in the queue (`scontrol requeue
+// $SLURM_JOB_ID`) so it restarts and resumes from that checkpoint (--resume auto). The rolling
+// preemption checkpoint is the store's (checkpoint/store.hpp).
 #pragma once
 
 #include <string>
 
 namespace mnist_ddp {
+
+// Whether a stop by `stop_signal` requeues the job: with --requeue, on the requeue signal only
+// (Slurm's `--signal=USR1@120` before the time limit, or `scancel --signal=USR1`), as Lightning's
+// SLURM integration does. Never on SIGTERM: `scancel` marks the job CANCELLED before its steps get
+// SIGTERM, and a requeue then would turn the user's cancel into a restart; a preemption under
+// PreemptMode=REQUEUE is requeued by Slurm itself; the time limit is the requeue signal's to see.
+// SIGTERM still checkpoints (the job may come back and resume from it).
+bool requeues_on(int stop_signal, bool requeue, int requeue_signal);
 
 // Runs `scontrol requeue $SLURM_JOB_ID` (rank 0 only). Returns whether Slurm accepted it; `what`
 // says what happened (or why nothing was done: not under Slurm, scontrol missing, refused).
