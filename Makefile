@@ -138,7 +138,7 @@ GPU_OPS_BENCH_BIN := $(BUILD)/bench/gpu_ops_bench
 # cuDNN's algorithms timed per convolution: a CUDA program, built with the CUDA backend only.
 GPU_CONV_ALGOS_BIN := $(if $(filter 1,$(USE_CUDA)),$(BUILD)/bench/gpu_conv_algos)
 
-.PHONY: test-build lib-objs sanitize-build sanitize-build-asan sanitize-build-tsan fuzz-build all summary test test-only test-unit test-mpi test-e2e test-slurm test-numeric test-sanitize test-chaos fuzz bench bench-only run deps data clean format help bundle
+.PHONY: test-build lib-objs sanitize-build sanitize-build-asan sanitize-build-tsan fuzz-build all summary test test-only test-unit test-mpi test-e2e test-slurm test-numeric test-sanitize test-chaos fuzz bench bench-only run deps data clean format help bundle install uninstall
 all: summary $(BIN)
 
 summary:
@@ -345,6 +345,14 @@ test-chaos: all
 	@bash tests/chaos/chaos_test.sh
 
 # The Slurm workflows on a real local two-node Slurm (as root; `make test` includes it).
+# Install a built tree under PREFIX (binary, GPU plugin, comm_bench, tools, Slurm scripts, docs,
+# and a modulefile for that prefix), and remove exactly that again: tools/install.sh.
+PREFIX ?= /usr/local
+install: all $(COMM_BENCH_BIN)
+	@tools/install.sh "$(PREFIX)"
+uninstall:
+	@tools/install.sh --uninstall "$(PREFIX)"
+
 test-slurm: all $(COMM_BENCH_BIN)
 	@tools/install-deps.sh --tests
 	@data/prepare.sh
@@ -399,6 +407,8 @@ help:
 	@echo "make deps     install the Debian packages that are missing"
 	@echo "make data     prepare data/dataset (MNIST if downloadable, else Fashion-MNIST)"
 	@echo "make bundle   bundle/ for a GPU machine without MPI/HDF5 (then tools/gpu-suite.sh there)"
+	@echo "make install PREFIX=DIR  copy the built tree there (bin/, tools, Slurm scripts, docs, a modulefile);"
+	@echo "              make uninstall PREFIX=DIR removes exactly that"
 	@echo "make clean    remove build/ and ./mnist_ddp"
 
 -include $(CU_OBJS:.o=.d) $(LIB_OBJS:.o=.d) $(MAIN_OBJ:.o=.d) $(MAIN_SEAM_OBJ:.o=.d) $(UNIT_OBJS:.o=.d) $(MPI_TEST_OBJS:.o=.d) $(BENCH_OBJS:.o=.d) $(BUILD)/bench/comm_bench.d $(BUILD)/bench/gpu_ops_bench.d $(BUILD)/bench/gpu_conv_algos.d \

@@ -18,7 +18,7 @@
 #   --data DIR (data/dataset)  --device cpu|cuda (cpu)  --json FILE (check_cluster.json)
 #   --out DIR (check_cluster.<job id>)  --seconds S (60: a budget each step is cut to)
 # It needs build/bench/comm_bench beside the binary (`make build/bench/comm_bench`, or `make
-# test-build`); without it, exit 3 before anything runs.
+# test-build`; `make install` copies it), else exit 3 before anything runs.
 #SBATCH --job-name=check_cluster
 #SBATCH --time=00:10:00
 #SBATCH --output=%x-%j.out
@@ -61,9 +61,11 @@ JSON="${JSON:-$OUTD/check_cluster.json}"
 mkdir -p "$OUTD" || exit 3
 ROOT="${MNIST_DDP_ROOT:-$PWD}"
 BIN="$(command -v mnist_ddp || echo "$ROOT/mnist_ddp")"
+# A checkout's build/bench/comm_bench, or an installed tree's libexec/mnist_ddp/comm_bench.
 COMM_BENCH="$ROOT/build/bench/comm_bench"
+[[ -x "$COMM_BENCH" ]] || COMM_BENCH="$ROOT/libexec/mnist_ddp/comm_bench"
 if [[ ! -x "$COMM_BENCH" ]]; then
-  echo "check_cluster.sh: $COMM_BENCH is missing (it measures the all-reduce bandwidth between the nodes): build it with 'make build/bench/comm_bench' in $ROOT, then run this again" >&2
+  echo "check_cluster.sh: $ROOT/build/bench/comm_bench is missing (it measures the all-reduce bandwidth between the nodes): build it with 'make build/bench/comm_bench' in $ROOT, then run this again" >&2
   exit 3
 fi
 T0=$SECONDS

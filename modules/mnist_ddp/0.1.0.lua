@@ -1,39 +1,24 @@
--- mnist_ddp 0.1.0 (Lmod). `module use <checkout>/modules; module load mnist_ddp` puts the
--- checkout's mnist_ddp on PATH and sets the *_HOME variables the Makefile reads (each one only
--- if the site has not set it already, so a site's own modules win). MNIST_DDP_ROOT overrides the
--- install root (default: the checkout this modulefile lives in).
+-- mnist_ddp 0.1.0 (Lmod) for a built checkout. `module use <checkout>/modules; module load
+-- mnist_ddp` puts the checkout's mnist_ddp and its tools/ on PATH; `module unload` takes back
+-- everything it set, the user's own OPENBLAS_NUM_THREADS included (pushenv). An installed copy
+-- (`make install PREFIX=DIR`) has its own modulefile in DIR/share/modulefiles.
+--
+-- A site whose MPI, HDF5 or CUDA come from modules adds them here, e.g.:
+--   depends_on("openmpi/4.1")
+--   depends_on("hdf5/1.10")
+--   depends_on("cuda/13.0")
 help([[mnist_ddp 0.1.0: data-parallel MNIST ConvNet training over MPI (CPU: oneDNN/OpenBLAS;
-GPU: cuDNN/cuBLAS/NCCL). Sets PATH, MNIST_DDP_ROOT, CUDA_HOME, CUDNN_HOME, NCCL_HOME, MPI_HOME,
-HDF5_HOME, OPENBLAS_HOME, DNNL_HOME and OPENBLAS_NUM_THREADS=1.]])
+GPU: cuDNN/cuBLAS/NCCL). Puts the checkout's mnist_ddp and tools/ on PATH, sets MNIST_DDP_ROOT,
+and OPENBLAS_NUM_THREADS=1 while loaded.]])
 whatis("Name: mnist_ddp")
 whatis("Version: 0.1.0")
 whatis("Description: data-parallel MNIST ConvNet training over MPI/NCCL")
 
--- <root>/modules/mnist_ddp/0.1.0.lua -> <root>
-local here = myFileName():match("(.*)/modules/mnist_ddp/[^/]*$")
-local root = os.getenv("MNIST_DDP_ROOT") or here or "/opt/mnist_ddp/0.1.0"
+-- <root>/modules/mnist_ddp/0.1.0.lua -> <root>. Values from locals only (never os.getenv):
+-- unloading then undoes exactly what loading did.
+local root = myFileName():match("(.*)/modules/mnist_ddp/[^/]*$") or "/opt/mnist_ddp/0.1.0"
 prepend_path("PATH", root)
+prepend_path("PATH", pathJoin(root, "tools"))
 setenv("MNIST_DDP_ROOT", root)
-
--- The *_HOME knobs of the Makefile, each only when the site has not set it and this machine has
--- a prefix the Makefile can use as is (<prefix>/include/<header>); otherwise the Makefile's own
--- discovery (pkg-config, the compiler's default paths) stays in charge.
-local function default_home(name, candidates, probe)
-  if (os.getenv(name) or "") ~= "" then return end
-  for _, prefix in ipairs(candidates) do
-    if prefix ~= "" and isFile(pathJoin(prefix, probe)) then
-      setenv(name, prefix)
-      return
-    end
-  end
-end
-default_home("CUDA_HOME", {"/usr/local/cuda"}, "bin/nvcc")
-local cuda = os.getenv("CUDA_HOME") or "/usr/local/cuda"
-default_home("CUDNN_HOME", {cuda}, "include/cudnn.h")
-default_home("NCCL_HOME", {cuda}, "include/nccl.h")
-default_home("MPI_HOME", {"/usr"}, "bin/mpicxx")
-default_home("HDF5_HOME", {"/usr"}, "include/hdf5.h")
-default_home("OPENBLAS_HOME", {"/usr"}, "include/cblas.h")
-default_home("DNNL_HOME", {"/usr"}, "include/dnnl.hpp")
 -- One rank per core: BLAS single-threaded unless --threads asks for more.
-setenv("OPENBLAS_NUM_THREADS", "1")
+pushenv("OPENBLAS_NUM_THREADS", "1")
