@@ -51,7 +51,11 @@ if [[ ! -f "$src/train-images-idx3-ubyte.gz" ]]; then
   "$here/../tools/install-deps.sh"
 fi
 if [[ ! -f "$src/train-images-idx3-ubyte.gz" ]]; then
-  echo "prepare.sh: $src is missing; install it with: apt-get install dataset-fashion-mnist" >&2
+  if command -v apt-get >/dev/null 2>&1; then
+    echo "prepare.sh: $src is missing; install it with: apt-get install dataset-fashion-mnist" >&2
+  else
+    echo "prepare.sh: MNIST could not be downloaded and this machine has no apt-get for Debian's Fashion-MNIST: copy the four MNIST-format files ({train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz]) into $dest, or pass --data DIR (docs/data.md)" >&2
+  fi
   exit 1
 fi
 for f in "${files[@]}"; do ln -sf "$src/$f.gz" "$dest/$f.gz"; done

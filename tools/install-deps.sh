@@ -50,6 +50,14 @@ if [[ "$mode" == --build ]]; then
   PACKAGES=("${BUILD_PACKAGES[@]}" "${CLANG_PACKAGES[@]}")
 fi
 
+# No apt-get/dpkg (a RHEL-family login node, a site's own stack): nothing can be installed here;
+# check for what the build needs where the Makefile looks, and say what is missing.
+if ! command -v dpkg-query >/dev/null 2>&1 || ! command -v apt-get >/dev/null 2>&1; then
+  args=()
+  [[ "$mode" == --tests ]] && args=(--tests)
+  exec "$(dirname "$0")/check-deps.sh" "${args[@]}"
+fi
+
 missing=()
 for p in "${PACKAGES[@]}"; do
   if [[ "$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)" != "install ok installed" ]]; then
