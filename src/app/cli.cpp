@@ -22,6 +22,8 @@
 namespace mnist_ddp {
 namespace {
 
+constexpr const char* kTestSeamsGroup = "Test seams (the failures the test suite injects)";
+
 // Range checks whose messages read well (CLI11's built-in ones print DBL_MAX as the bound).
 // A non-number passes here and is then rejected by the type conversion with its own message.
 bool parse_number(const std::string& s, double* v) {
@@ -64,20 +66,55 @@ struct EnumText {
   bool no_shuffle = false;
 };
 
-// The option table: every flag goes to CLI11 (parsing, --help) and to the stored configuration
-// (config_json: each flag under its own name, --a-b as "a_b", with its value as typed), from the
-// one call that declares it.
+// --help's groups, in the order it lists them: each flag belongs to exactly one (a flag without a
+// group is an internal error, caught by the unit tests). The test seams, the failures the tests
+// inject, are hidden from --help and listed by --help-all.
+struct FlagGroup {
+  const char* name;
+  std::vector<std::string> flags;
+};
+const std::vector<FlagGroup>& flag_groups() {
+  static const std::vector<FlagGroup> groups = {
+      {"Training",
+       {"--epochs", "--max-steps", "--batch-size", "--accumulate", "--lr", "--momentum",
+        "--dampening", "--weight-decay", "--nesterov", "--lr-schedule", "--lr-step-size",
+        "--lr-gamma", "--warmup-steps", "--min-lr", "--seed"}},
+      {"Data", {"--data", "--eval-batch-size", "--eval-every", "--drop-last", "--no-shuffle"}},
+      {"Distributed",
+       {"--comm", "--bucket-cap-kb", "--compression", "--powersgd-rank", "--powersgd-start-iter",
+        "--powersgd-min-compression-rate", "--sync-bn", "--local-sgd-start", "--local-sgd-period",
+        "--no-overlap", "--overlap-engine", "--check-replicas", "--collective-timeout"}},
+      {"Checkpoints",
+       {"--checkpoint-dir", "--checkpoint-every", "--keep", "--resume", "--init-weights",
+        "--eval-only", "--verify-checkpoints", "--requeue-signal", "--requeue"}},
+      {"Logging and observability",
+       {"--log-dir", "--log-every", "--progress", "--print-env", "--straggler-every",
+        "--straggler-threshold", "--debug-collectives", "--flight-recorder", "--flight-dump-signal",
+        "--trace", "--trace-steps"}},
+      {"GPU", {"--device", "--tf32", "--cuda-graphs", "--amp"}},
+      {"CPU", {"--cpu-kernels", "--threads"}},
+      {kTestSeamsGroup,
+       {"--debug-hang-rank", "--debug-exit-rank", "--debug-desync-rank", "--debug-sample-log",
+        "--debug-slow", "--debug-fail-capture"}},
+  };
+  return groups;
+}
+
+// The option table: every flag goes to CLI11 (parsing, --help under its group) and to the stored
+// configuration (config_json: each flag under its own name, --a-b as "a_b", with its value as
+// typed), from the one call that declares it.
 class OptionTable {
  public:
-  explicit OptionTable(CLI::App& app) : app_(app) {}
+  // all: --help-all (the test seams listed under their group; hidden otherwise).
+  OptionTable(CLI::App& app, bool all) : app_(app), all_(all) {}
   template <class T>
   CLI::Option* option(const std::string& name, T& v, const std::string& help) {
     stored_.emplace_back(key_of(name), [&v] { return nlohmann::json(v); });
-    return app_.add_option(name, v, help);
+    return app_.add_option(name, v, help)->group(group_of(name));
   }
   CLI::Option* flag(const std::string& name, bool& v, const std::string& help) {
     stored_.emplace_back(key_of(name), [&v] { return nlohmann::json(v); });
-    return app_.add_flag(name, v, help);
+    return app_.add_flag(name, v, help)->group(group_of(name));
   }
   CLI::App& app() { return app_; }
   nlohmann::json values() const {
@@ -87,18 +124,28 @@ class OptionTable {
   }
 
  private:
+  std::string group_of(const std::string& name) const {
+    for (const FlagGroup& g : flag_groups()) {
+      if (std::find(g.flags.begin(), g.flags.end(), name) == g.flags.end()) continue;
+      return std::string(g.name) == kTestSeamsGroup && !all_ ? "" : g.name;  // "": hidden
+    }
+    MNIST_DDP_CHECK(false, "flag " + name + " has no --help group (cli.cpp: flag_groups)");
+    return "";
+  }
   static std::string key_of(std::string name) {
     name.erase(0, name.find_first_not_of('-'));
     std::replace(name.begin(), name.end(), '-', '_');
     return name;
   }
   CLI::App& app_;
+  bool all_;
   std::vector<std::pair<std::string, std::function<nlohmann::json()>>> stored_;
 };
 
 void build(OptionTable& o, Config& c, EnumText& t) {
   CLI::App& app = o.app();
   app.set_version_flag("--version", std::string("mnist_ddp ") + kVersion);
+  app.set_help_all_flag("--help-all", "every flag, the test suite's seams (--debug-*) included");
   app.option_defaults()->always_capture_default();
   // A flag given twice takes the last value, so job scripts can append overrides.
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
@@ -293,7 +340,9 @@ const char* kDescription =
 ParseOutcome parse_cli(int argc, char** argv, Config& cfg, bool print) {
   CLI::App app{kDescription, "mnist_ddp"};
   EnumText text(cfg);
-  OptionTable table(app);
+  bool all = false;
+  for (int i = 1; i < argc; ++i) all = all || std::string(argv[i]) == "--help-all";
+  OptionTable table(app, all);
   build(table, cfg, text);
   try {
     app.parse(argc, argv);
@@ -328,13 +377,13 @@ ParseOutcome parse_cli(int argc, char** argv, Config& cfg, bool print) {
   return ParseOutcome::Run;
 }
 
-std::string help_text() {
+std::string help_text(bool all) {
   Config c;
   EnumText t(c);
   CLI::App app{kDescription, "mnist_ddp"};
-  OptionTable table(app);
+  OptionTable table(app, all);
   build(table, c, t);
-  return app.help();
+  return app.help("", all ? CLI::AppFormatMode::All : CLI::AppFormatMode::Normal);
 }
 
 std::string config_json(const Config& cfg) {
@@ -342,7 +391,7 @@ std::string config_json(const Config& cfg) {
   Config c = cfg;
   EnumText t(c);
   CLI::App app{kDescription, "mnist_ddp"};
-  OptionTable table(app);
+  OptionTable table(app, true);
   build(table, c, t);
   // Paths need not be UTF-8 on Linux: invalid bytes become U+FFFD instead of an exception.
   return table.values().dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);

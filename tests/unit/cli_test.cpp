@@ -192,13 +192,32 @@ TEST(Cli, StragglerFlagsParseAndTheirMistakesNameTheFlag) {
   }
 }
 
+// --help lists the flags in groups a user reads by topic; the test seams (the failures the suite
+// injects) only under --help-all.
+TEST(Cli, HelpGroupsTheFlagsAndHidesTheTestSeams) {
+  const std::string help = help_text(), all = help_text(true);
+  for (const char* group : {"\nTraining:\n", "\nData:\n", "\nDistributed:\n", "\nCheckpoints:\n",
+                            "\nLogging and observability:\n", "\nGPU:\n", "\nCPU:\n"}) {
+    EXPECT_NE(help.find(group), std::string::npos) << group;
+  }
+  EXPECT_NE(help.find("--help-all"), std::string::npos);
+  for (const char* seam : {"--debug-hang-rank", "--debug-exit-rank", "--debug-desync-rank",
+                           "--debug-sample-log", "--debug-slow", "--debug-fail-capture"}) {
+    EXPECT_EQ(help.find(seam), std::string::npos) << seam << " shown by --help";
+    EXPECT_NE(all.find(seam), std::string::npos) << seam << " missing from --help-all";
+  }
+  EXPECT_NE(all.find("\nTest seams (the failures the test suite injects):\n"), std::string::npos);
+  // A debugging aid for users stays in --help.
+  EXPECT_NE(help.find("--debug-collectives"), std::string::npos);
+}
+
 TEST(Cli, DocsDocumentEveryFlag) {
   std::ifstream f("docs/flags.md");
   ASSERT_TRUE(f) << "run from the repository root";
   std::stringstream ss;
   ss << f.rdbuf();
   const std::string readme = ss.str();
-  const std::string help = help_text();
+  const std::string help = help_text(true);
   // Option lines of the help table: "  --name ..." or "  -h,--help ...".
   const std::regex flag("\\n  (?:-[a-z],)?(--[a-z][a-z0-9-]+)");
   int n = 0;
@@ -215,13 +234,14 @@ TEST(Cli, DocsDocumentEveryFlag) {
 // comes from the option table itself: every flag of --help is in it under its own name (--a-b as
 // "a_b"), with the value as typed; nothing else is.
 TEST(Cli, StoredConfigurationHoldsEveryFlagAsTyped) {
-  const std::string help = help_text();
+  const std::string help = help_text(true);
   const std::regex flag("\\n  (?:-[a-z],)?(--[a-z][a-z0-9-]+)");
   const nlohmann::json stored = nlohmann::json::parse(config_json(Config{}));
   std::set<std::string> keys;
   for (std::sregex_iterator it(help.begin(), help.end(), flag), end; it != end; ++it) {
     std::string name = std::string((*it)[1]).substr(2);
-    if (name == "help" || name == "version") continue;  // they act, they configure nothing
+    // They act, they configure nothing.
+    if (name == "help" || name == "help-all" || name == "version") continue;
     std::replace(name.begin(), name.end(), '-', '_');
     keys.insert(name);
     EXPECT_TRUE(stored.contains(name)) << "--" << (*it)[1] << " is missing from config_json";

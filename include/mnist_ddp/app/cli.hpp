@@ -96,8 +96,9 @@ enum class ParseOutcome { Run, ExitOk };
 // return ExitOk. A bad command line throws UserError naming the flag and the fix.
 ParseOutcome parse_cli(int argc, char** argv, Config& cfg, bool print);
 
-// The --help text (for the docs/flags.md consistency test).
-std::string help_text();
+// The --help text, in groups; all: --help-all's, the test seams included (docs/flags.md's
+// consistency test reads every flag from it).
+std::string help_text(bool all = false);
 
 // The configuration as one JSON object (logged at start, stored in every checkpoint).
 std::string config_json(const Config& cfg);
