@@ -190,6 +190,21 @@ BENCHMARK_CAPTURE(BM_BnReluPool, backward, true)
     ->Args({1, 32, 14})
     ->Unit(benchmark::kMicrosecond);
 
+// One convolution's inputs and outputs for the oneDNN benchmarks, in the backend's blocked layout:
+// channels rounded up to the widest block (16), room for any blocked layout's padding.
+struct ConvBuffers {
+  explicit ConvBuffers(const ConvGeom& g)
+      : x(random_vec(padded(g.c) * g.n * g.h * g.w, 1)),
+        w(random_vec(static_cast<std::size_t>(g.k) * g.c * g.r * g.r, 2)),
+        b(random_vec(g.k, 3)),
+        y(random_vec(padded(g.k) * g.n * g.out_h() * g.out_w(), 4)),
+        dw(w.size()),
+        db(b.size()),
+        dx(x.size()) {}
+  static std::size_t padded(int c) { return static_cast<std::size_t>((c + 15) / 16 * 16); }
+  std::vector<float> x, w, b, y, dw, db, dx;
+};
+
 // The oneDNN backend's convolutions through the Ops interface, at this CPU's blocked layout
 // (nChw16c with AVX-512, nChw8c with AVX2 or ONEDNN_MAX_CPU_ISA=AVX2): what the default CPU path
 // runs (the BM_Conv* above are the reference im2col + OpenBLAS kernels).
@@ -198,17 +213,11 @@ void BM_OneDnnConv(benchmark::State& st) {
   auto ops = mnist_ddp::make_ops(mnist_ddp::Device::Cpu, mnist_ddp::CpuKernels::OneDnn);
   const ConvGeom g = geom(static_cast<int>(st.range(0)), 0);
   const int dir = static_cast<int>(st.range(1));
-  // Channels rounded up to the widest block (16): room for any blocked layout's padding.
-  const auto padded = [](int c) { return static_cast<std::size_t>((c + 15) / 16 * 16); };
-  auto x = random_vec(padded(g.c) * g.n * g.h * g.w, 1);
-  auto w = random_vec(static_cast<std::size_t>(g.k) * g.c * g.r * g.r, 2);
-  auto b = random_vec(g.k, 3);
-  auto y = random_vec(padded(g.k) * g.n * g.out_h() * g.out_w(), 4);
-  std::vector<float> dw(w.size()), db(b.size()), dx(x.size());
+  ConvBuffers m(g);
   for (auto _ : st) {
-    if (dir == 0) ops->conv2d_forward(g, x.data(), w.data(), b.data(), y.data());
-    if (dir == 1) ops->conv2d_backward_filter(g, x.data(), y.data(), dw.data(), db.data());
-    if (dir == 2) ops->conv2d_backward_data(g, w.data(), y.data(), dx.data());
+    if (dir == 0) ops->conv2d_forward(g, m.x.data(), m.w.data(), m.b.data(), m.y.data());
+    if (dir == 1) ops->conv2d_backward_filter(g, m.x.data(), m.y.data(), m.dw.data(), m.db.data());
+    if (dir == 2) ops->conv2d_backward_data(g, m.w.data(), m.y.data(), m.dx.data());
   }
   const mnist_ddp::DnnlLayout l = mnist_ddp::dnnl_layout();
   st.SetLabel(l.convolution + " block " + std::to_string(l.block));
@@ -273,16 +282,11 @@ void BM_OneDnnConvBf16(benchmark::State& st) {
     st.SkipWithError("oneDNN has no JIT bf16 kernel for this pass");
     return;
   }
-  const auto padded = [](int c) { return static_cast<std::size_t>((c + 15) / 16 * 16); };
-  auto x = random_vec(padded(g.c) * g.n * g.h * g.w, 1);
-  auto w = random_vec(static_cast<std::size_t>(g.k) * g.c * g.r * g.r, 2);
-  auto b = random_vec(g.k, 3);
-  auto y = random_vec(padded(g.k) * g.n * g.out_h() * g.out_w(), 4);
-  std::vector<float> dw(w.size()), db(b.size()), dx(x.size());
+  ConvBuffers m(g);
   for (auto _ : st) {
-    if (dir == 0) conv.forward(stream, x.data(), w.data(), b.data(), y.data());
-    if (dir == 1) conv.backward_weights(stream, x.data(), y.data(), dw.data(), db.data());
-    if (dir == 2) conv.backward_data(stream, w.data(), y.data(), dx.data());
+    if (dir == 0) conv.forward(stream, m.x.data(), m.w.data(), m.b.data(), m.y.data());
+    if (dir == 1) conv.backward_weights(stream, m.x.data(), m.y.data(), m.dw.data(), m.db.data());
+    if (dir == 2) conv.backward_data(stream, m.w.data(), m.y.data(), m.dx.data());
   }
   st.SetLabel(conv.impl(pass) + (bf16::runs_bf16(g, pass, bf16::cpu_units(), conv.impl(pass))
                                      ? " (runs under --amp bf16)"
