@@ -12,6 +12,7 @@
 #include <functional>
 #include <limits>
 #include <map>
+#include <sstream>
 #include <utility>
 #include <vector>
 
@@ -73,8 +74,10 @@ struct FlagGroup {
   const char* name;
   std::vector<std::string> flags;
 };
+constexpr const char* kConfigurationGroup = "Configuration and checks";
 const std::vector<FlagGroup>& flag_groups() {
   static const std::vector<FlagGroup> groups = {
+      {kConfigurationGroup, {"--config", "--write-config", "--dry-run"}},
       {"Training",
        {"--epochs", "--max-steps", "--batch-size", "--accumulate", "--lr", "--momentum",
         "--dampening", "--weight-decay", "--nesterov", "--lr-schedule", "--lr-step-size",
@@ -85,8 +88,8 @@ const std::vector<FlagGroup>& flag_groups() {
         "--powersgd-min-compression-rate", "--sync-bn", "--local-sgd-start", "--local-sgd-period",
         "--no-overlap", "--overlap-engine", "--check-replicas", "--collective-timeout"}},
       {"Checkpoints",
-       {"--checkpoint-dir", "--checkpoint-every", "--keep", "--resume", "--init-weights",
-        "--eval-only", "--verify-checkpoints", "--requeue-signal", "--requeue"}},
+       {"--checkpoint-dir", "--checkpoint-every", "--keep", "--keep-best", "--resume",
+        "--init-weights", "--eval-only", "--verify-checkpoints", "--requeue-signal", "--requeue"}},
       {"Logging and observability",
        {"--log-dir", "--log-every", "--progress", "--print-env", "--straggler-every",
         "--straggler-threshold", "--debug-collectives", "--flight-recorder", "--flight-dump-signal",
@@ -102,24 +105,64 @@ const std::vector<FlagGroup>& flag_groups() {
 
 // The option table: every flag goes to CLI11 (parsing, --help under its group) and to the stored
 // configuration (config_json: each flag under its own name, --a-b as "a_b", with its value as
-// typed), from the one call that declares it.
+// typed; config_toml: the same under the flag's own name), from the one call that declares it.
+// An action (what an invocation does instead of training: --dry-run, --write-config) is parsed
+// and listed by --help, never stored, and refused in a config file.
 class OptionTable {
  public:
   explicit OptionTable(CLI::App& app) : app_(app) {}
   template <class T>
   CLI::Option* option(const std::string& name, T& v, const std::string& help) {
-    stored_.emplace_back(key_of(name), [&v] { return nlohmann::json(v); });
-    return app_.add_option(name, v, help)->group(group_of(name));
+    CLI::Option* o = app_.add_option(name, v, help)->group(group_of(name));
+    stored_.push_back(Stored{name, key_of(name), o, [&v] { return nlohmann::json(v); }});
+    return o;
   }
   CLI::Option* flag(const std::string& name, bool& v, const std::string& help) {
-    stored_.emplace_back(key_of(name), [&v] { return nlohmann::json(v); });
-    return app_.add_flag(name, v, help)->group(group_of(name));
+    CLI::Option* o = app_.add_flag(name, v, help)->group(group_of(name));
+    stored_.push_back(Stored{name, key_of(name), o, [&v] { return nlohmann::json(v); }});
+    return o;
+  }
+  template <class T>
+  CLI::Option* action(const std::string& name, T& v, const std::string& help) {
+    CLI::Option* o = nullptr;
+    if constexpr (std::is_same_v<T, bool>) {
+      o = app_.add_flag(name, v, help);
+    } else {
+      o = app_.add_option(name, v, help);
+    }
+    return o->group(group_of(name))->configurable(false);
+  }
+  // --config FILE: CLI11's own TOML reader; a key that is no flag is an error, not ignored.
+  void config_file(const std::string& help) {
+    app_.set_config("--config", "", help)->type_name("FILE")->group(group_of("--config"));
+    app_.allow_config_extras(CLI::config_extras_mode::error);
   }
   CLI::App& app() { return app_; }
+  struct Stored {
+    std::string name;  // "--batch-size"
+    std::string key;   // "batch_size"
+    CLI::Option* option;
+    std::function<nlohmann::json()> value;
+  };
+  const std::vector<Stored>& stored() const { return stored_; }
   nlohmann::json values() const {
     nlohmann::json j = nlohmann::json::object();
-    for (const auto& [key, value] : stored_) j[key] = value();
+    for (const Stored& s : stored_) j[s.key] = s.value();
     return j;
+  }
+  // The flags the command line or the config file set.
+  nlohmann::json given() const {
+    nlohmann::json j = nlohmann::json::object();
+    for (const Stored& s : stored_) {
+      if (s.option->count() > 0) j[s.key] = s.value();
+    }
+    return j;
+  }
+  // "--batch-size" -> "batch_size" (config_json's key).
+  static std::string key_of(std::string name) {
+    name.erase(0, name.find_first_not_of('-'));
+    std::replace(name.begin(), name.end(), '-', '_');
+    return name;
   }
 
  private:
@@ -131,13 +174,8 @@ class OptionTable {
     MNIST_DDP_CHECK(false, "flag " + name + " has no --help group (cli.cpp: flag_groups)");
     return "";
   }
-  static std::string key_of(std::string name) {
-    name.erase(0, name.find_first_not_of('-'));
-    std::replace(name.begin(), name.end(), '-', '_');
-    return name;
-  }
   CLI::App& app_;
-  std::vector<std::pair<std::string, std::function<nlohmann::json()>>> stored_;
+  std::vector<Stored> stored_;
 };
 
 void build(OptionTable& o, Config& c, EnumText& t) {
@@ -147,6 +185,20 @@ void build(OptionTable& o, Config& c, EnumText& t) {
   app.option_defaults()->always_capture_default();
   // A flag given twice takes the last value, so job scripts can append overrides.
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  o.config_file(
+      "read flags from this TOML file: each line `name = value`, the name a flag's without its "
+      "dashes (batch-size = 200, data = \"/scratch/mnist\", sync-bn = true); flags on the "
+      "command line override it; --write-config FILE writes one");
+  o.action("--write-config", c.write_config,
+           "write this run's configuration (every flag, the file's and the command line's) to "
+           "FILE as TOML for --config, and exit without training; with --resume PATH|auto|best "
+           "the configuration stored in that checkpoint (flags given here override it)")
+      ->type_name("FILE");
+  o.action("--dry-run", c.dry_run,
+           "make every check a run makes before its first step (flags, data, the checkpoint "
+           "directory's lock and writability, launcher, devices, communicators, --resume), print "
+           "the plan (steps, batches per rank, checkpoints, where outputs go) and exit 0; "
+           "nothing is written but the log (mnist_train.log)");
   o.option("--data", c.data_dir,
            "directory with {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz]");
   o.option("--epochs", c.epochs, "passes over the training set")->check(kPositive);
@@ -211,9 +263,12 @@ void build(OptionTable& o, Config& c, EnumText& t) {
            "also checkpoint every N steps (0: epoch ends and the end only)")
       ->check(kNonNegative);
   o.option("--keep", c.keep, "keep the newest K checkpoints")->check(CLI::Range(1, 1000000));
+  o.flag("--keep-best", c.keep_best,
+         "also keep the checkpoint with the best test top-1 so far as --checkpoint-dir/"
+         "ckpt-best.h5, out of the --keep rotation (an evaluation that beats it is checkpointed)");
   o.option("--resume", c.resume,
-           "none | auto (newest valid checkpoint in --checkpoint-dir, else start fresh) | "
-           "PATH of one checkpoint");
+           "none | auto (newest valid checkpoint in --checkpoint-dir, else start fresh) | best "
+           "(--checkpoint-dir/ckpt-best.h5, from --keep-best) | PATH of one checkpoint");
   o.option("--log-every", c.log_every, "steps between progress lines in batch output")
       ->check(kPositive);
   o.option("--straggler-every", c.straggler_every,
@@ -345,29 +400,21 @@ const char* kDescription =
     "mnist_ddp: data-parallel training of the MNIST ConvNet over MPI.\n"
     "Launch with `mpirun -np N ./mnist_ddp`, `srun --mpi=pmix ./mnist_ddp`, or alone.";
 
-}  // namespace
-
-ParseOutcome parse_cli(int argc, char** argv, Config& cfg, bool print) {
-  CLI::App app{kDescription, "mnist_ddp"};
-  EnumText text(cfg);
-  OptionTable table(app);
-  build(table, cfg, text);
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp&) {
-    if (print) fmt::print("{}", without_test_seams(app.help()));
-    return ParseOutcome::ExitOk;
-  } catch (const CLI::CallForAllHelp&) {
-    if (print) fmt::print("{}", app.help("", CLI::AppFormatMode::All));
-    return ParseOutcome::ExitOk;
-  } catch (const CLI::CallForVersion&) {
-    if (print) fmt::print("mnist_ddp {}\n", kVersion);
-    return ParseOutcome::ExitOk;
-  } catch (const CLI::ParseError& e) {
-    throw UserError(
-        fmt::format("command line: {}. Run `mnist_ddp --help` for every flag.", e.what()));
+// The option table bound to its own copy of a configuration: what --help, config_json and the
+// TOML reader and writer read and fill.
+struct BoundTable {
+  explicit BoundTable(const Config& from) : cfg(from), text(cfg), table(app) {
+    build(table, cfg, text);
   }
-  // The parser admitted only names of each table, so every lookup finds its value.
+  Config cfg;
+  EnumText text;
+  CLI::App app{kDescription, "mnist_ddp"};
+  OptionTable table;
+};
+
+// The Config's enums from the text the parser admitted (only names of each table, so every
+// lookup finds its value).
+void apply_text(const EnumText& text, Config& cfg) {
   cfg.lr_schedule = *value_in(kLrScheduleNames, text.lr_schedule);
   cfg.device = *value_in(kDeviceChoiceNames, text.device);
   cfg.cpu_kernels = *value_in(kCpuKernelsNames, text.cpu_kernels);
@@ -381,28 +428,178 @@ ParseOutcome parse_cli(int argc, char** argv, Config& cfg, bool print) {
   cfg.comm = *value_in(kCommChoiceNames, text.comm);
   cfg.progress = *value_in(kProgressNames, text.progress);
   cfg.shuffle = !text.no_shuffle;
-  check_flag_rules(cfg);  // flag_rules.cpp: values and combinations refused, by table
+}
+
+// A TOML value CLI11's reader gives back exactly: numbers as JSON writes them (the shortest text
+// that reads back to the same double), strings quoted. CLI11 2.1 cuts a value at '#' and reads no
+// escapes, so a string with a '#', a line break or both kinds of quote cannot be written.
+std::string toml_value(const std::string& name, const nlohmann::json& v) {
+  if (!v.is_string()) return v.dump();
+  const std::string s = v.get<std::string>();
+  const bool dq = s.find('"') != std::string::npos, sq = s.find('\'') != std::string::npos;
+  if (s.find_first_of("#\n\r") != std::string::npos || (dq && sq)) {
+    throw UserError(fmt::format(
+        "--write-config: the value of {} ('{}') cannot go into a config file (it holds a '#', a "
+        "line break, or both kinds of quote); rename that path, or pass this flag on the command "
+        "line instead of in the file",
+        name, s));
+  }
+  return dq ? "'" + s + "'" : "\"" + s + "\"";
+}
+
+// The CLI11 error as the user's words: which flag or key, in which file, and the fix.
+std::string parse_error_text(const CLI::ParseError& e, const std::string& config_path) {
+  const std::string what = e.what();
+  if (dynamic_cast<const CLI::FileError*>(&e) != nullptr) {
+    return fmt::format(
+        "--config {}: cannot read that file (no such file, or not readable); pass an existing "
+        "TOML file (`mnist_ddp --write-config FILE` writes one)",
+        config_path);
+  }
+  if (dynamic_cast<const CLI::ConfigError*>(&e) != nullptr) {
+    const std::string prefix = "INI was not able to parse ";
+    if (what.rfind(prefix, 0) == 0) {
+      return fmt::format(
+          "--config {}: unknown key '{}': no flag of mnist_ddp has that name (keys are the "
+          "flags' names without the dashes, as `mnist_ddp --help` lists them)",
+          config_path, what.substr(prefix.size()));
+    }
+    return fmt::format(
+        "--config {}: {} (--write-config and --dry-run act on one invocation: "
+        "pass them on the command line)",
+        config_path, what);
+  }
+  if (!config_path.empty()) {
+    return fmt::format(
+        "command line or --config {}: {}. Run `mnist_ddp --help` for every flag and its values.",
+        config_path, what);
+  }
+  return fmt::format("command line: {}. Run `mnist_ddp --help` for every flag.", what);
+}
+
+// A key given twice in a config file: CLI11 2.1 would keep the first value (or refuse a repeated
+// true/false with "too many inputs"), not the last as on the command line, so it is refused by
+// name. The file is read by CLI11's own TOML reader.
+void check_config_keys(const std::string& path) {
+  std::vector<CLI::ConfigItem> items;
+  try {
+    items = CLI::ConfigTOML().from_file(path);
+  } catch (const CLI::FileError&) {
+    return;  // the parser reports the unreadable file
+  }
+  std::map<std::string, int> seen;
+  for (const CLI::ConfigItem& item : items) {
+    // The reader merges a key repeated on the next line into one item of several values (no flag
+    // here takes a list).
+    if (++seen[item.fullname()] == 2 || item.inputs.size() > 1) {
+      throw UserError(fmt::format(
+          "--config {}: key '{}' is given twice; keep one (flags on the command line override "
+          "the file's)",
+          path, item.fullname()));
+    }
+  }
+}
+
+}  // namespace
+
+ParseOutcome parse_cli(int argc, char** argv, Config& cfg, bool print, std::string* given) {
+  BoundTable bound(cfg);
+  CLI::App& app = bound.app;
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp&) {
+    if (print) fmt::print("{}", without_test_seams(app.help()));
+    return ParseOutcome::ExitOk;
+  } catch (const CLI::CallForAllHelp&) {
+    if (print) fmt::print("{}", app.help("", CLI::AppFormatMode::All));
+    return ParseOutcome::ExitOk;
+  } catch (const CLI::CallForVersion&) {
+    if (print) fmt::print("mnist_ddp {}\n", kVersion);
+    return ParseOutcome::ExitOk;
+  } catch (const CLI::ParseError& e) {
+    const CLI::Option* config = app.get_config_ptr();
+    const bool from_file = config != nullptr && config->count() > 0;
+    if (from_file) check_config_keys(config->as<std::string>());  // the likelier cause, named
+    throw UserError(parse_error_text(e, from_file ? config->as<std::string>() : ""));
+  }
+  apply_text(bound.text, bound.cfg);
+  if (const CLI::Option* config = app.get_config_ptr(); config != nullptr && config->count() > 0) {
+    check_config_keys(config->as<std::string>());
+  }
+  // Paths need not be UTF-8 on Linux: invalid bytes become U+FFFD instead of an exception.
+  if (given != nullptr) {
+    *given = bound.table.given().dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  }
+  check_flag_rules(bound.cfg);  // flag_rules.cpp: values and combinations refused, by table
+  cfg = bound.cfg;
   return ParseOutcome::Run;
 }
 
+std::string config_toml(const Config& cfg) {
+  const BoundTable bound(cfg);
+  const OptionTable& table = bound.table;
+  // The test seams' defaults, to write a seam only where it is set.
+  const nlohmann::json values = table.values(), unset = BoundTable(Config{}).table.values();
+  std::string out = fmt::format(
+      "# mnist_ddp {} configuration: `mnist_ddp --config FILE` runs it (flags on the command "
+      "line override it).\n# Each key is a flag of `mnist_ddp --help-all` without its dashes.\n",
+      kVersion);
+  for (const FlagGroup& g : flag_groups()) {
+    std::string lines;
+    for (const std::string& name : g.flags) {
+      const std::string key = table.key_of(name);
+      if (!values.contains(key)) continue;  // an action, or --config itself
+      if (g.name == std::string(kTestSeamsGroup) && values[key] == unset[key]) continue;
+      lines += fmt::format("{} = {}\n", name.substr(2), toml_value(name, values[key]));
+    }
+    if (!lines.empty()) out += fmt::format("\n# {}\n{}", g.name, lines);
+  }
+  return out;
+}
+
+Config config_from_json(const std::string& stored_json, const std::string& given,
+                        std::vector<std::string>* unknown) {
+  nlohmann::json merged = nlohmann::json::parse(stored_json, nullptr, false);
+  if (merged.is_discarded() || !merged.is_object()) {
+    throw UserError(
+        "its stored configuration is not a JSON object (written by an older "
+        "mnist_ddp): nothing to write");
+  }
+  const nlohmann::json over = nlohmann::json::parse(given.empty() ? "{}" : given);
+  for (const auto& [key, value] : over.items()) merged[key] = value;
+  BoundTable bound{Config{}};
+  const OptionTable& table = bound.table;
+  std::string toml;
+  for (const auto& [key, value] : merged.items()) {
+    const auto it = std::find_if(table.stored().begin(), table.stored().end(),
+                                 [&](const OptionTable::Stored& s) { return s.key == key; });
+    if (it == table.stored().end()) {
+      if (unknown != nullptr) unknown->push_back(key);
+      continue;
+    }
+    toml += fmt::format("{} = {}\n", it->name.substr(2), toml_value(it->name, value));
+  }
+  std::istringstream in(toml);
+  try {
+    bound.app.parse_from_stream(in);
+  } catch (const CLI::ParseError& e) {
+    throw UserError(fmt::format("its stored configuration does not parse: {}", e.what()));
+  }
+  apply_text(bound.text, bound.cfg);
+  check_flag_rules(bound.cfg);
+  return bound.cfg;
+}
+
 std::string help_text(bool all) {
-  Config c;
-  EnumText t(c);
-  CLI::App app{kDescription, "mnist_ddp"};
-  OptionTable table(app);
-  build(table, c, t);
-  return all ? app.help("", CLI::AppFormatMode::All) : without_test_seams(app.help());
+  const BoundTable bound{Config{}};
+  return all ? bound.app.help("", CLI::AppFormatMode::All) : without_test_seams(bound.app.help());
 }
 
 std::string config_json(const Config& cfg) {
   // The option table bound to a copy of this configuration: each flag's value as typed.
-  Config c = cfg;
-  EnumText t(c);
-  CLI::App app{kDescription, "mnist_ddp"};
-  OptionTable table(app);
-  build(table, c, t);
   // Paths need not be UTF-8 on Linux: invalid bytes become U+FFFD instead of an exception.
-  return table.values().dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  return BoundTable(cfg).table.values().dump(-1, ' ', false,
+                                             nlohmann::json::error_handler_t::replace);
 }
 
 }  // namespace mnist_ddp

@@ -23,6 +23,21 @@ struct FlagRule {
 };
 
 const FlagRule kFlagRules[] = {
+    {[](const Config& cfg) {
+       return cfg.dry_run && (!cfg.write_config.empty() || cfg.print_env || cfg.verify_checkpoints);
+     },
+     [](const Config& cfg) -> std::string {
+       return fmt::format(
+           "--dry-run checks a run before it trains; {} trains nothing to check: drop one of them",
+           !cfg.write_config.empty() ? "--write-config"
+           : cfg.print_env           ? "--print-env"
+                                     : "--verify-checkpoints");
+     }},
+    {[](const Config& cfg) { return cfg.keep_best && cfg.eval_only; },
+     [](const Config& cfg) -> std::string {
+       return "--keep-best keeps a training run's best checkpoint; --eval-only trains nothing: "
+              "drop --keep-best (--eval-only --resume best evaluates the kept one)";
+     }},
     {[](const Config& cfg) { return !cfg.init_weights.empty() && cfg.eval_only; },
      [](const Config& cfg) -> std::string {
        return "--init-weights starts training from a model; to evaluate one, use --eval-only "

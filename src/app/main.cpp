@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "mnist_ddp/app/communicators.hpp"
+#include "mnist_ddp/app/dry_run.hpp"
 #include "mnist_ddp/app/resume.hpp"
 #include "mnist_ddp/app/setup.hpp"
 #include "mnist_ddp/app/trace_output.hpp"
@@ -50,8 +51,12 @@ int run(int argc, char** argv, int rank, int world, const MpiLocality& locality,
   trainer.watch_stragglers(where.ranks);
   const StartState start =
       restore_start_state(comms.control(), cfg, data, *ops, model, trainer, *log);
+  // Collective: another run's files this run would overwrite (training runs only).
+  if (!cfg.eval_only) check_checkpoint_names(comms.control(), cfg, trainer);
+  if (cfg.dry_run) {
+    return report_dry_run(cfg, run_shape(*id, where, trainer, data, *log), where.plan, *log);
+  }
   if (cfg.eval_only) return evaluate_only(comms.control(), trainer, data, start.model_step, *log);
-  check_checkpoint_names(comms.control(), cfg, trainer);  // collective: another run's files
   const TraceFile trace =
       trace_file(tracer, cfg, start.first_step, trainer.total_steps(), where.ranks, world);
   return train_and_report(comms.control(), cfg, trainer, data, *log,

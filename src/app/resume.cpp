@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <vector>
@@ -36,6 +37,45 @@ void use_recorded_input(const InputRecord& in, DataSplit& data, Logger& log) {
 
 }  // namespace
 
+void reconcile_best(const Config& cfg, const std::string& from, const CheckpointLayout& layout,
+                    TrainingState& s, Logger& log) {
+  const std::string best = best_checkpoint_path(cfg.checkpoint_dir);
+  std::error_code ec;
+  const bool exists = std::filesystem::exists(best, ec);
+  std::optional<TrainingState> kept;
+  if (exists) {
+    try {
+      kept = load_checkpoint(best, layout);
+    } catch (const UserError& e) {
+      log.warn(fmt::format("--keep-best: {} (it is replaced by the next best)", e.what()));
+    }
+  }
+  const bool ours = kept && !s.run_id.empty() && kept->run_id == s.run_id;
+  if (ours && kept->best_top1 > s.best_top1) {
+    s.best_top1 = kept->best_top1;
+    s.best_step = kept->best_step;
+  }
+  const bool unlinked = s.best_step == s.step && s.best_top1 >= 0 && from != best &&
+                        (!exists || (ours && kept->step != s.step));
+  if (cfg.keep_best && !cfg.dry_run && unlinked) {
+    log.info(fmt::format("best: {} records the best test top-1 ({:.2f}% at step {}), kept as {}",
+                         from, 100 * s.best_top1, s.best_step,
+                         keep_as_best(cfg.checkpoint_dir, from)));
+  }
+}
+
+std::string best_checkpoint_or_fail(const Config& cfg, const std::string& flag) {
+  const std::string best = best_checkpoint_path(cfg.checkpoint_dir);
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(best, ec)) {
+    throw UserError(fmt::format(
+        "{}: --checkpoint-dir {} has no best checkpoint ({}; a run trained with --keep-best "
+        "keeps one); pass --resume auto or --resume PATH, or the --checkpoint-dir of that run",
+        flag, cfg.checkpoint_dir, std::filesystem::path(best).filename().string()));
+  }
+  return best;
+}
+
 void warn_about_input(const InputRecord& in, const std::string& path, const DataSplit& data,
                       const std::function<void(const std::string&)>& warn) {
   if (!in.recorded) {
@@ -56,7 +96,7 @@ void check_checkpoint_names(Comm& control, const Config& cfg, const Trainer& tra
   run_agreed(control, [&] {
     if (control.rank() != 0) return;
     const auto in_the_way =
-        checkpoints_in_the_way(cfg.checkpoint_dir, trainer.run_id(), trainer.step());
+        checkpoints_in_the_way(cfg.checkpoint_dir, trainer.run_id(), trainer.step(), cfg.keep_best);
     if (in_the_way.empty()) return;
     std::string listed;
     for (std::size_t i = 0; i < in_the_way.size() && i < 4; ++i)
@@ -121,6 +161,9 @@ StartState restore_start_state(Comm& control, const Config& cfg, DataSplit& data
                                 cfg.checkpoint_dir));
         }
         path = found->first;
+      } else if (path == "best") {
+        path = best_checkpoint_or_fail(
+            cfg, cfg.eval_only ? "--eval-only --resume best" : "--init-weights best");
       }
       weights = load_model_weights(path, layout);
       log.info(fmt::format("{}: {} (the model of step {}{})",
@@ -143,12 +186,26 @@ StartState restore_start_state(Comm& control, const Config& cfg, DataSplit& data
         log.info(fmt::format("resume: no checkpoint in {}, starting fresh", cfg.checkpoint_dir));
       }
     } else {
-      resume = load_checkpoint(cfg.resume, layout);
-      log.info("resume: " + cfg.resume);
+      if (cfg.resume == "best") from = best_checkpoint_or_fail(cfg, "--resume best");
+      resume = load_checkpoint(from, layout);
+      log.info(cfg.resume == "best"
+                   ? fmt::format("resume: {} (the best checkpoint: test top-1 {:.2f}% at step {})",
+                                 from, 100 * resume->best_top1, resume->best_step)
+                   : "resume: " + from);
     }
     if (resume) {
+      reconcile_best(cfg, from, layout, *resume, log);
       warn_about_input(resume->input, from, data, warn);
       warn_about_changed_settings(resume->config_json, cfg, warn);
+      const auto later = later_in_lineage(cfg.checkpoint_dir, resume->run_id, resume->step);
+      if (!later.empty()) {
+        warn(fmt::format(
+            "resume: {} is at step {}, and {} checkpoint(s) of this run at later steps are in {} "
+            "(newest {}): they hold the steps this run now replaces, stay until it writes those "
+            "steps again, and --resume auto picks them first; move them away if that is not "
+            "what you want",
+            from, resume->step, later.size(), cfg.checkpoint_dir, later.front()));
+      }
     }
   });
   if (model_only && broadcast_model_weights(control, weights, layout)) {

@@ -14,6 +14,7 @@
 #include <span>
 
 #include "mnist_ddp/app/communicators.hpp"
+#include "mnist_ddp/app/config_file.hpp"
 #include "mnist_ddp/checkpoint/checkpoint.hpp"
 #include "mnist_ddp/checkpoint/dir_lock.hpp"
 #include "mnist_ddp/checkpoint/store.hpp"
@@ -74,14 +75,19 @@ std::optional<Identity> identify(int rank, int world, const MpiLocality& localit
 
 bool configure(Comm& control, const Identity& id, int argc, char** argv, Config& cfg) {
   ParseOutcome outcome = ParseOutcome::Run;
+  std::string given;  // the flags set on the command line or in --config
   // Each run_agreed is one small all-reduce after a phase that can fail on some ranks only (a
   // file missing on one node, a node without GPUs): all ranks stop together, one prints.
   // The launcher's local rank is checked here, inside the agreement: the node-local group size
   // differs from node to node, so it can fail on some ranks only.
   run_agreed(control, [&] {
     check_local_rank(id);
-    outcome = parse_cli(argc, argv, cfg, id.rank == 0);
+    outcome = parse_cli(argc, argv, cfg, id.rank == 0, &given);
   });
+  if (outcome == ParseOutcome::Run && !cfg.write_config.empty()) {
+    write_config_file(control, cfg, given);  // collective (agreement): rank 0 writes
+    return false;
+  }
   // The requeue signal stops like SIGTERM (checkpoint at the next step boundary).
   install_requeue_handler(cfg.requeue_signal);
   return outcome == ParseOutcome::Run;
@@ -161,8 +167,14 @@ std::unique_ptr<DirLock> lock_checkpoint_dir(Comm& control, const Config& cfg) {
   if (cfg.eval_only || cfg.verify_checkpoints || cfg.print_env) return lock;
   std::vector<std::string> notes;
   // Collective (agreement): a directory held by another run is one error, on every rank.
+  // --dry-run: the same verdict, the lock not taken.
   run_agreed(control, [&] {
-    if (control.rank() == 0) lock = DirLock::acquire(cfg.checkpoint_dir, &notes);
+    if (control.rank() != 0) return;
+    if (cfg.dry_run) {
+      DirLock::check(cfg.checkpoint_dir, &notes);
+    } else {
+      lock = DirLock::acquire(cfg.checkpoint_dir, &notes);
+    }
   });
   for (const auto& n : notes) std::fprintf(stderr, "mnist_ddp: warning: %s\n", n.c_str());
   return lock;
@@ -181,14 +193,26 @@ std::unique_ptr<Logger> open_log(Comm& control, const Config& cfg, const Identit
   run_agreed(control, [&] {
     const bool tty = cfg.progress == Progress::On ||
                      (cfg.progress == Progress::Auto && isatty(fileno(stdout)) != 0);
-    // A resumed run appends to the log and metrics of the run it continues.
-    log = std::make_unique<Logger>(id.rank, cfg.log_dir, tty, cfg.resume != "none");
+    // A resumed run appends to the log and metrics of the run it continues; a dry run appends
+    // to the log only (it leaves the last run's files as they are).
+    log = std::make_unique<Logger>(id.rank, cfg.log_dir, tty, cfg.resume != "none" || cfg.dry_run,
+                                   !cfg.dry_run);
   });
   // Before any training: a checkpoint directory that cannot be written is an error now, not
-  // after an hour of lost work.
+  // after an hour of lost work (a dry run checks without creating or writing anything).
+  bool created = false;
   run_agreed(control, [&] {
-    if (id.rank == 0 && !cfg.eval_only) prepare_checkpoint_dir(cfg.checkpoint_dir);
+    if (id.rank != 0 || cfg.eval_only) return;
+    if (cfg.dry_run) {
+      created = check_checkpoint_dir(cfg.checkpoint_dir);
+    } else {
+      prepare_checkpoint_dir(cfg.checkpoint_dir);
+    }
   });
+  if (created) {
+    log->info(fmt::format("dry run: --checkpoint-dir {} does not exist yet; a run creates it",
+                          cfg.checkpoint_dir));
+  }
   log->file(fmt::format("mnist_ddp {} world {} launcher {} nodes {}", kVersion, id.world,
                         id.launcher, id.num_nodes));
   log->file("config: " + config_json(cfg));

@@ -74,10 +74,12 @@ int train_and_report(Comm& control, const Config& cfg, Trainer& trainer, const D
   if (r.stop_signal != 0) {
     log.info(fmt::format("stopped by {} at step {}; checkpoint {}; continue with --resume auto",
                          signal_name(r.stop_signal), r.steps, r.last_checkpoint));
-    log.metrics({{"event", "stopped"},
-                 {"signal", signal_name(r.stop_signal)},
-                 {"steps", r.steps},
-                 {"checkpoint", r.last_checkpoint}});
+    nlohmann::json stopped = {{"event", "stopped"},
+                              {"signal", signal_name(r.stop_signal)},
+                              {"steps", r.steps},
+                              {"checkpoint", r.last_checkpoint}};
+    add_totals(stopped, r.totals);
+    log.metrics(stopped);
     std::int64_t requeued = 0;
     if (requeues_on(r.stop_signal, cfg.requeue, cfg.requeue_signal)) {
       if (control.rank() == 0) {
@@ -96,15 +98,17 @@ int train_and_report(Comm& control, const Config& cfg, Trainer& trainer, const D
     return requeued != 0 ? kExitOk : 128 + r.stop_signal;
   }
   if (!r.evaluated) r.final_eval = trainer.evaluate();  // resumed a run that had already ended
-  log.metrics({{"event", "done"},
-               {"steps", r.steps},
-               {"top1", r.final_eval.top1},
-               {"top5", r.final_eval.top5},
-               {"test_loss", r.final_eval.loss},
-               {"train_s", r.train_seconds},
-               {"images_per_s", r.images_per_second},
-               {"comm_bytes", r.comm_bytes},
-               {"dataset", data.name}});
+  // The run's totals (over every process of it), and this process's throughput.
+  nlohmann::json done = {{"event", "done"},
+                         {"steps", r.steps},
+                         {"top1", r.final_eval.top1},
+                         {"top5", r.final_eval.top5},
+                         {"test_loss", r.final_eval.loss},
+                         {"images_per_s", r.images_per_second},
+                         {"comm_bytes", r.comm_bytes},
+                         {"dataset", data.name}};
+  add_totals(done, r.totals);
+  log.metrics(done);
   log.info(
       fmt::format("done: {} steps, test top-1 {:.2f}% top-5 {:.2f}% loss {:.4f}, training "
                   "{:.1f} s at {:.0f} img/s ({} ranks); log {}",

@@ -94,6 +94,18 @@ bool broadcast_training_state(Comm& comm, std::optional<TrainingState>& state,
   state->input.recorded = input[0] != 0;
   std::memcpy(&state->input.mean, &input[1], sizeof(double));
   std::memcpy(&state->input.std, &input[2], sizeof(double));
+  // Collective: the run's totals and its best evaluation (doubles as bits): every rank decides
+  // alike whether an evaluation is a new best (--keep-best checkpoints it, a collective).
+  std::int64_t progress[5] = {0, 0, state->images_seen, 0, state->best_step};
+  std::memcpy(&progress[0], &state->wall_s, sizeof(double));
+  std::memcpy(&progress[1], &state->train_s, sizeof(double));
+  std::memcpy(&progress[3], &state->best_top1, sizeof(double));
+  comm.broadcast(std::span<std::int64_t>(progress, 5), 0);
+  std::memcpy(&state->wall_s, &progress[0], sizeof(double));
+  std::memcpy(&state->train_s, &progress[1], sizeof(double));
+  state->images_seen = progress[2];
+  std::memcpy(&state->best_top1, &progress[3], sizeof(double));
+  state->best_step = progress[4];
   for (auto& arrays : state->rank_arrays) {
     std::int64_t count = static_cast<std::int64_t>(arrays.size());
     comm.broadcast(std::span<std::int64_t>(&count, 1), 0);

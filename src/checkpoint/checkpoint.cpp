@@ -45,8 +45,9 @@ void write_file(const std::string& tmp, const TrainingState& s, const Checkpoint
   write_rng_group(f, s);
   write_rank_group(f, s);
   write_amp_group(f, s);
+  write_progress_group(f, s);
   write_input_group(f, s.input);
-  attr_u64(f, "payload_crc32", payload_crc32(s));
+  attr_u64(f, "payload_crc32", payload_crc32(s, kCheckpointVersion));
   HDF5_CHECK(H5Fflush(f, H5F_SCOPE_GLOBAL));
   // Last: the completeness marker. A reader that does not find it rejects the file.
   attr_i64(f, "complete", 1);
@@ -242,6 +243,7 @@ TrainingState load_checkpoint(const std::string& path, const CheckpointLayout& l
     if (version >= 2) {
       s.input = read_input_group(f);  // required from version 2 on
     }
+    if (version >= 3) read_progress_group(f, s);  // required from version 3 on
     if (read_u64(f, "payload_crc32") != payload_crc32(s)) {
       throw UserError("payload CRC32 mismatch: the file is corrupt");
     }

@@ -38,20 +38,23 @@ std::string iso_now() {
 // A write lock over the whole file. Open-file-description locks first (a second open of the file
 // in this process conflicts too, and closing some other descriptor of it cannot drop the lock);
 // classic POSIX locks where the kernel has none (EINVAL).
-OsLock try_os_lock(int fd, int* err) {
+// The fcntl write lock on the whole file: taken (take), or only asked about (--dry-run: a run
+// starting at that moment must not find it held). Acquired: taken, or free.
+OsLock os_lock(int fd, bool take, int* err) {
   struct flock fl {};
   fl.l_type = F_WRLCK;
   fl.l_whence = SEEK_SET;
   int rc = -1;
 #ifdef F_OFD_SETLK
-  rc = ::fcntl(fd, F_OFD_SETLK, &fl);
-  if (rc != 0 && errno == EINVAL) rc = ::fcntl(fd, F_SETLK, &fl);
+  rc = ::fcntl(fd, take ? F_OFD_SETLK : F_OFD_GETLK, &fl);
+  if (rc != 0 && errno == EINVAL) rc = ::fcntl(fd, take ? F_SETLK : F_GETLK, &fl);
 #else
-  rc = ::fcntl(fd, F_SETLK, &fl);
+  rc = ::fcntl(fd, take ? F_SETLK : F_GETLK, &fl);
 #endif
   *err = rc == 0 ? 0 : errno;
+  if (!take && rc == 0) return fl.l_type == F_UNLCK ? OsLock::Acquired : OsLock::HeldElsewhere;
   if (rc == 0) return OsLock::Acquired;
-  if (errno == EAGAIN || errno == EACCES) return OsLock::HeldElsewhere;
+  if (take && (errno == EAGAIN || errno == EACCES)) return OsLock::HeldElsewhere;
   return OsLock::Unsupported;  // ENOLCK (NFS without lockd), ENOSYS/EOPNOTSUPP (Lustre noflock)
 }
 
@@ -197,7 +200,7 @@ std::unique_ptr<DirLock> DirLock::acquire(const std::string& dir, std::vector<st
   const auto t0 = std::chrono::steady_clock::now();
   for (;;) {
     int err = 0;
-    const OsLock os = try_os_lock(fd, &err);
+    const OsLock os = os_lock(fd, true, &err);
     const std::optional<LockHolder> record = read_record_fd(fd);
     const bool alive = record && record->host == me.host && pid_alive(record->pid);
     const LockDecision d = decide_lock(os, record, me, alive);
@@ -227,6 +230,40 @@ std::unique_ptr<DirLock> DirLock::acquire(const std::string& dir, std::vector<st
     }
     write_record(fd, me, path);
     return std::unique_ptr<DirLock>(new DirLock(path, fd));
+  }
+}
+
+void DirLock::check(const std::string& dir, std::vector<std::string>* notes) {
+  const std::string path = (fs::path(dir) / kLockFileName).string();
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);  // never created, never written
+  if (fd < 0) {
+    if (errno == ENOENT) return;  // no run has held it
+    throw UserError(fmt::format(
+        "--checkpoint-dir {}: cannot open its lock file {}: {}; pass a writable --checkpoint-dir",
+        dir, path, std::strerror(errno)));
+  }
+  int err = 0;
+  const OsLock os = os_lock(fd, false, &err);  // asked, not taken
+  const std::optional<LockHolder> record = read_record_fd(fd);
+  ::close(fd);
+  const LockHolder me = this_process_as_holder();
+  const bool alive = record && record->host == me.host && pid_alive(record->pid);
+  const LockDecision d = decide_lock(os, record, me, alive);
+  if (d.action == LockAction::Refuse) {
+    throw UserError(fmt::format(
+        "--checkpoint-dir {} is in use: {}. One run writes a checkpoint directory at a time: "
+        "pass another --checkpoint-dir, or wait for that run to end",
+        dir, d.note));
+  }
+  if (d.action == LockAction::Wait) {
+    notes->push_back(
+        fmt::format("--checkpoint-dir {}: {}; a run would wait up to {:.0f} s for it to finish",
+                    dir, d.note, kLockSameJobWaitSeconds));
+  } else if (os == OsLock::Unsupported) {
+    notes->push_back(fmt::format("{}: fcntl locks are not supported here ({}): {}", path,
+                                 std::strerror(err), d.note));
+  } else if (!d.note.empty()) {
+    notes->push_back(fmt::format("--checkpoint-dir {}: {}", dir, d.note));
   }
 }
 

@@ -13,6 +13,10 @@ namespace mnist_ddp {
 
 // CRC32 over every array and scalar of the payload, in schema order.
 std::uint32_t payload_crc32(const TrainingState& s) {
+  return payload_crc32(s, s.format_version);
+}
+
+std::uint32_t payload_crc32(const TrainingState& s, std::int64_t version) {
   uLong c = crc32(0L, Z_NULL, 0);
   auto add = [&c](const void* p, std::size_t n) {
     c = crc32(c, static_cast<const Bytef*>(p), static_cast<uInt>(n));
@@ -38,7 +42,7 @@ std::uint32_t payload_crc32(const TrainingState& s) {
     add(&s.loss_scale, sizeof s.loss_scale);
     add(&s.loss_scale_growth_tracker, sizeof s.loss_scale_growth_tracker);
   }
-  if (s.format_version >= 2) {
+  if (version >= 2) {
     // Version 2 covers every value the loader reads (a changed byte anywhere either fails a
     // check or this sum): seed, configuration, versions, optimizer settings, hook and scaler
     // state, each string with its length.
@@ -67,6 +71,12 @@ std::uint32_t payload_crc32(const TrainingState& s) {
     add(ints, sizeof ints);
     add(s.input.name.data(), s.input.name.size());
     add(s.input.transform.data(), s.input.transform.size());
+  }
+  if (version >= 3) {
+    const double progress[] = {s.wall_s, s.train_s, s.best_top1};
+    add(progress, sizeof progress);
+    const std::int64_t counts[] = {s.images_seen, s.best_step};
+    add(counts, sizeof counts);
   }
   return static_cast<std::uint32_t>(c);
 }

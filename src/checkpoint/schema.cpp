@@ -201,6 +201,40 @@ void read_amp_group(hid_t f, bool strict, TrainingState& s) {
   }
 }
 
+// ---- /progress
+// -------------------------------------------------------------------------------------
+void write_progress_group(hid_t f, const TrainingState& s) {
+  const H5Handle g = create_group(f, "progress");
+  attr_f64(g.get(), "wall_s", s.wall_s);
+  attr_f64(g.get(), "train_s", s.train_s);
+  attr_i64(g.get(), "images_seen", s.images_seen);
+  attr_f64(g.get(), "best_top1", s.best_top1);
+  attr_i64(g.get(), "best_step", s.best_step);
+}
+
+void read_progress_group(hid_t f, TrainingState& s) {
+  if (!has_link(f, "progress")) {
+    throw UserError("no /progress group (the run's totals): the file is damaged");
+  }
+  const H5Handle g = open_group(f, "progress");
+  s.wall_s = read_f64(g.get(), "wall_s");
+  s.train_s = read_f64(g.get(), "train_s");
+  s.images_seen = read_i64(g.get(), "images_seen");
+  s.best_top1 = read_f64(g.get(), "best_top1");
+  s.best_step = read_i64(g.get(), "best_step");
+  const bool times_ok = std::isfinite(s.wall_s) && std::isfinite(s.train_s) && s.wall_s >= 0 &&
+                        s.train_s >= 0 && s.images_seen >= 0;
+  const bool best_ok =
+      (s.best_step == -1 && s.best_top1 == -1) ||
+      (s.best_step >= 0 && s.best_step <= s.step && s.best_top1 >= 0 && s.best_top1 <= 1);
+  if (!times_ok || !best_ok) {
+    throw UserError(fmt::format(
+        "/progress holds impossible values (wall_s {}, train_s {}, images_seen {}, best_top1 {} "
+        "at step {}): the file is damaged",
+        s.wall_s, s.train_s, s.images_seen, s.best_top1, s.best_step));
+  }
+}
+
 // ---- /data
 // -----------------------------------------------------------------------------------------
 void write_input_group(hid_t f, const InputRecord& in) {

@@ -1,9 +1,9 @@
 // schema.hpp — the checkpoint format (checkpoint.hpp documents it) as one write/read pair per
-// group of the file: the root's state attributes, /model, /optimizer, /rng, /rank, /amp and
-// /data. Each pair is symmetric: what write_X stores, read_X reads back and validates (a missing
-// member of a version-2 file is damage, never a default). The file's identity (format, version,
-// model, completeness), its atomic writing and its CRCs are checkpoint.cpp's, file_crc.cpp's and
-// payload_crc.cpp's. Private to src/checkpoint/.
+// group of the file: the root's state attributes, /model, /optimizer, /rng, /rank, /amp,
+// /progress and /data. Each pair is symmetric: what write_X stores, read_X reads back and validates
+// (a missing member of a version-2 file is damage, never a default). The file's identity (format,
+// version, model, completeness), its atomic writing and its CRCs are checkpoint.cpp's,
+// file_crc.cpp's and payload_crc.cpp's. Private to src/checkpoint/.
 #pragma once
 
 #include <hdf5.h>
@@ -44,6 +44,11 @@ void read_rank_group(hid_t f, bool strict, TrainingState& s);
 // /amp: the fp16 loss scale and its growth tracker (loss_scale 0: trained without a scaler).
 void write_amp_group(hid_t f, const TrainingState& s);
 void read_amp_group(hid_t f, bool strict, TrainingState& s);
+
+// /progress: the run's cumulative time and images, and its best evaluation (version 3 on; an
+// older file has none: zeros, no best).
+void write_progress_group(hid_t f, const TrainingState& s);
+void read_progress_group(hid_t f, TrainingState& s);
 
 // /data: what the model was trained on and how its input is made (version 2 on; a file without
 // it is damaged).

@@ -47,6 +47,34 @@ std::string checkpoint_name(std::int64_t step) {
   return fmt::format("ckpt-{:08d}.h5", step);
 }
 
+std::string best_checkpoint_path(const std::string& dir) {
+  return (fs::path(dir) / "ckpt-best.h5").string();
+}
+
+std::string keep_as_best(const std::string& dir, const std::string& path) {
+  const std::string best = best_checkpoint_path(dir);
+  const std::string tmp = (fs::path(dir) / ".ckpt-best.tmp").string();
+  std::error_code ec;
+  fs::remove(tmp, ec);
+  fs::create_hard_link(path, tmp, ec);
+  if (ec) {
+    ec.clear();  // no hard links here (some parallel filesystems): a copy, made durable
+    fs::copy_file(path, tmp, fs::copy_options::overwrite_existing, ec);
+    if (!ec) fsync_path(tmp, false);
+  }
+  if (!ec) fs::rename(tmp, best, ec);
+  if (ec) {
+    const std::string why = ec.message();
+    fs::remove(tmp, ec);
+    throw UserError(
+        fmt::format("--keep-best: cannot keep {} as {} ({}); free space or fix the permissions of "
+                    "--checkpoint-dir {}, or run without --keep-best",
+                    path, best, why, dir));
+  }
+  fsync_path(dir, true);
+  return best;
+}
+
 std::string new_run_id() {
   std::random_device rd;
   const std::uint64_t v = (static_cast<std::uint64_t>(rd()) << 32) ^ rd();
@@ -86,6 +114,28 @@ void prepare_checkpoint_dir(const std::string& dir) {
   }
 }
 
+bool check_checkpoint_dir(const std::string& dir) {
+  std::error_code ec;
+  fs::path at = fs::absolute(dir, ec);
+  bool created = false;
+  while (!fs::exists(at, ec) && at.has_parent_path() && at != at.parent_path()) {
+    at = at.parent_path();
+    created = true;
+  }
+  if (!fs::is_directory(at, ec)) {
+    throw UserError(
+        fmt::format("--checkpoint-dir {}: {} is not a directory; pass a writable "
+                    "--checkpoint-dir",
+                    dir, at.string()));
+  }
+  if (::access(at.c_str(), W_OK | X_OK) != 0) {
+    throw UserError(fmt::format(
+        "--checkpoint-dir {}: {} is not writable ({}); pass a writable --checkpoint-dir", dir,
+        created ? "its parent " + at.string() : at.string(), std::strerror(errno)));
+  }
+  return created;
+}
+
 std::vector<std::string> list_checkpoints(const std::string& dir) {
   std::vector<std::pair<std::int64_t, std::string>> found;
   std::error_code ec;
@@ -107,7 +157,9 @@ std::vector<CheckpointVerdict> verify_checkpoints(const std::string& dir,
     throw UserError(fmt::format("--checkpoint-dir {}: no such directory to verify", dir));
   }
   std::vector<CheckpointVerdict> out;
-  for (const auto& path : list_checkpoints(dir)) {
+  std::vector<std::string> files = list_checkpoints(dir);
+  if (fs::exists(best_checkpoint_path(dir), ec)) files.push_back(best_checkpoint_path(dir));
+  for (const auto& path : files) {
     CheckpointVerdict v;
     v.path = path;
     try {
@@ -145,11 +197,14 @@ std::string owner_text(const std::string& id) {
 }
 }  // namespace
 
-Retention prune_checkpoints(const std::string& dir, int keep, const std::string& run_id) {
+Retention prune_checkpoints(const std::string& dir, int keep, const std::string& run_id,
+                            std::int64_t up_to_step) {
   Retention r;
   std::error_code ec;
   int kept = 0;
   for (const auto& path : list_checkpoints(dir)) {  // newest first
+    std::int64_t step = 0;
+    if (parse_step(fs::path(path).filename().string(), &step) && step > up_to_step) continue;
     const CheckpointOwner owner = checkpoint_owner(path);
     if (run_id.empty() || !owner.readable || owner.run_id != run_id) {
       r.foreign.push_back(
@@ -162,14 +217,29 @@ Retention prune_checkpoints(const std::string& dir, int keep, const std::string&
   return r;
 }
 
+std::vector<std::string> later_in_lineage(const std::string& dir, const std::string& run_id,
+                                          std::int64_t step) {
+  std::vector<std::string> out;
+  for (const auto& path : list_checkpoints(dir)) {  // newest first
+    std::int64_t at = 0;
+    if (!parse_step(fs::path(path).filename().string(), &at) || at <= step) continue;
+    const CheckpointOwner owner = checkpoint_owner(path);
+    if (owner.readable && !run_id.empty() && owner.run_id == run_id) out.push_back(path);
+  }
+  return out;
+}
+
 std::vector<std::string> checkpoints_in_the_way(const std::string& dir, const std::string& run_id,
-                                                std::int64_t start_step) {
+                                                std::int64_t start_step, bool keep_best) {
   std::vector<std::string> out;
   std::error_code ec;
+  const std::string best_name = fs::path(best_checkpoint_path(dir)).filename().string();
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
     std::int64_t step = 0;
     const std::string name = entry.path().filename().string();
-    if (!parse_step(name, &step) || step <= start_step) continue;
+    const bool would_write =
+        (parse_step(name, &step) && step > start_step) || (keep_best && name == best_name);
+    if (!would_write) continue;
     const CheckpointOwner owner = checkpoint_owner(entry.path().string());
     // A damaged file (resume already skipped it, saying so) holds nothing that loads: writing that
     // step replaces it, as before run ids.

@@ -100,9 +100,13 @@ ModelWeights load_model_weights(const std::string& path, const CheckpointLayout&
       throw UserError(
           fmt::format("not an mnist_ddp checkpoint (no format attribute '{}')", kCheckpointFormat));
     }
-    if (read_i64(f, "format_version") != kCheckpointVersion) {
-      throw UserError(fmt::format("weights-only file of format version {}, this mnist_ddp reads {}",
-                                  read_i64(f, "format_version"), kCheckpointVersion));
+    // The weights-only layout is version 2's and unchanged since (version 3 added /progress to
+    // full checkpoints only).
+    const std::int64_t version = read_i64(f, "format_version");
+    if (version < 2 || version > kCheckpointVersion) {
+      throw UserError(fmt::format(
+          "weights-only file of format version {}, this mnist_ddp reads versions 2 to {}", version,
+          kCheckpointVersion));
     }
     if (read_str(f, "model") != kCheckpointModel) {
       throw UserError(fmt::format("weights of model '{}', this program trains '{}'",

@@ -17,7 +17,8 @@
 
 namespace mnist_ddp {
 
-Logger::Logger(int rank, const std::string& log_dir, bool live_progress, bool append)
+Logger::Logger(int rank, const std::string& log_dir, bool live_progress, bool append,
+               bool metrics_file)
     : rank_(rank), live_(live_progress && rank == 0) {
   if (rank_ != 0) return;
   std::error_code ec;
@@ -30,8 +31,9 @@ Logger::Logger(int rank, const std::string& log_dir, bool live_progress, bool ap
   }
   log_path_ = log_dir + "/mnist_train.log";
   metrics_path_ = log_dir + "/metrics.jsonl";
-  metrics_.open(metrics_path_, std::ios::out | (append ? std::ios::app : std::ios::trunc));
-  if (!metrics_) {
+  if (metrics_file)
+    metrics_.open(metrics_path_, std::ios::out | (append ? std::ios::app : std::ios::trunc));
+  if (metrics_file && !metrics_) {
     throw UserError(fmt::format("--log-dir {}: cannot write {}: {}; pass a writable --log-dir",
                                 log_dir, metrics_path_, std::strerror(errno)));
   }
@@ -86,9 +88,11 @@ void Logger::warn(const std::string& line) {
 }
 
 void Logger::metrics(const nlohmann::json& record) {
-  if (rank_ != 0) return;
+  if (rank_ != 0 || !metrics_.is_open()) return;
+  nlohmann::json versioned = record;
+  versioned["schema"] = kMetricsSchema;
   // Paths need not be UTF-8 on Linux: invalid bytes become U+FFFD instead of an exception.
-  metrics_ << record.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << '\n';
+  metrics_ << versioned.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << '\n';
   metrics_.flush();
 }
 

@@ -25,6 +25,12 @@ std::string fmt_eta(double s) {
 
 }  // namespace
 
+void add_totals(nlohmann::json& record, const RunTotals& t) {
+  record["wall_s"] = t.wall_s;
+  record["train_s"] = t.train_s;
+  record["images_seen"] = t.images_seen;
+}
+
 void Reporter::progress(const StepPosition& at, double window_loss, double images_per_s,
                         double eta_s) {
   log_.progress(fmt::format("epoch {}/{} step {}/{} loss {:.4f} {:.0f} img/s ETA {}", at.epoch + 1,
@@ -42,14 +48,15 @@ void Reporter::train_window(const StepPosition& at, const WindowFigures& w) {
   } else {
     log_.info(line);
   }
-  log_.metrics({{"event", "train"},
-                {"step", at.step},
-                {"epoch", at.epoch + 1},
-                {"loss", w.loss},
-                {"lr", w.lr},
-                {"images_per_s", w.images_per_s},
-                {"comm_bytes", w.comm_bytes},
-                {"time_s", w.elapsed_s}});
+  nlohmann::json rec = {{"event", "train"},
+                        {"step", at.step},
+                        {"epoch", at.epoch + 1},
+                        {"loss", w.loss},
+                        {"lr", w.lr},
+                        {"images_per_s", w.images_per_s},
+                        {"comm_bytes", w.comm_bytes}};
+  add_totals(rec, at.totals);
+  log_.metrics(rec);
   if (w.amp) {
     log_.metrics({{"event", "amp"},
                   {"step", at.step},
@@ -61,13 +68,11 @@ void Reporter::train_window(const StepPosition& at, const WindowFigures& w) {
 void Reporter::eval(const StepPosition& at, const EvalResult& e) {
   log_.info(fmt::format("eval step {}: test loss {:.4f} top-1 {:.2f}% top-5 {:.2f}%", at.step,
                         e.loss, 100 * e.top1, 100 * e.top5));
-  log_.metrics({{"event", "eval"},
-                {"step", at.step},
-                {"epoch", at.epoch + 1},
-                {"test_loss", e.loss},
-                {"top1", e.top1},
-                {"top5", e.top5},
-                {"count", e.count}});
+  nlohmann::json rec = {{"event", "eval"},     {"step", at.step}, {"epoch", at.epoch + 1},
+                        {"test_loss", e.loss}, {"top1", e.top1},  {"top5", e.top5},
+                        {"count", e.count}};
+  add_totals(rec, at.totals);
+  log_.metrics(rec);
 }
 
 void Reporter::comm_epoch(const StepPosition& at, const CommFigures& c) {
@@ -136,36 +141,44 @@ void Reporter::step_phases(const StepPosition& at, std::size_t steps, const Phas
   log_.metrics(rec);
 }
 
-void Reporter::epoch(const StepPosition& at, bool done, const EvalResult& e, double train_s,
-                     double images_per_s, std::uint64_t comm_bytes) {
+void Reporter::epoch(const StepPosition& at, bool done, const EvalResult& e, double images_per_s,
+                     std::uint64_t comm_bytes) {
   log_.info(
       fmt::format("epoch {} {}: test loss {:.4f} top-1 {:.2f}% top-5 {:.2f}% ({} images) "
                   "| train {:.1f} s, {:.0f} img/s",
                   at.epoch + 1, done ? "done" : "stopped", e.loss, 100 * e.top1, 100 * e.top5,
-                  e.count, train_s, images_per_s));
-  log_.metrics({{"event", "epoch"},
-                {"step", at.step},
-                {"epoch", at.epoch + 1},
-                {"test_loss", e.loss},
-                {"top1", e.top1},
-                {"top5", e.top5},
-                {"count", e.count},
-                {"train_s", train_s},
-                {"images_per_s", images_per_s},
-                {"comm_bytes", comm_bytes}});
+                  e.count, at.totals.train_s, images_per_s));
+  nlohmann::json rec = {{"event", "epoch"},        {"step", at.step},
+                        {"epoch", at.epoch + 1},   {"test_loss", e.loss},
+                        {"top1", e.top1},          {"top5", e.top5},
+                        {"count", e.count},        {"images_per_s", images_per_s},
+                        {"comm_bytes", comm_bytes}};
+  add_totals(rec, at.totals);
+  log_.metrics(rec);
+}
+
+void Reporter::best(const StepPosition& at, double top1, const std::string& path) {
+  log_.info(fmt::format("best: test top-1 {:.2f}% at step {}, kept as {} (--keep-best)", 100 * top1,
+                        at.step, path));
+  nlohmann::json rec = {{"event", "best"},
+                        {"step", at.step},
+                        {"epoch", at.epoch + 1},
+                        {"top1", top1},
+                        {"path", path}};
+  add_totals(rec, at.totals);
+  log_.metrics(rec);
 }
 
 void Reporter::checkpoint(const StepPosition& at, const std::string& path, const char* why,
                           std::int64_t sample_offset, bool preemption) {
   log_.info(fmt::format("checkpoint ({}): {} (step {}; resumes at epoch {}, sample {} per rank)",
                         why, path, at.step, at.epoch + 1, sample_offset));
-  log_.metrics({{"event", "checkpoint"},
-                {"step", at.step},
-                {"epoch", at.epoch + 1},
-                {"sample_offset", sample_offset},
-                {"path", path},
-                {"reason", why},
-                {"preemption", preemption}});
+  nlohmann::json rec = {
+      {"event", "checkpoint"},          {"step", at.step}, {"epoch", at.epoch + 1},
+      {"sample_offset", sample_offset}, {"path", path},    {"reason", why},
+      {"preemption", preemption}};
+  add_totals(rec, at.totals);
+  log_.metrics(rec);
 }
 
 void Reporter::stopping(const char* signal, std::int64_t step) {

@@ -2,6 +2,13 @@
 #include "mnist_ddp/train/stopwatch.hpp"
 
 namespace mnist_ddp {
+namespace {
+const std::chrono::steady_clock::time_point kProcessStart = std::chrono::steady_clock::now();
+}  // namespace
+
+double process_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - kProcessStart).count();
+}
 
 void Stopwatch::start() {
   if (running_) return;

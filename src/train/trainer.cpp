@@ -367,7 +367,6 @@ void Trainer::log_window() {
   // epoch's short last step count as what they were).
   f.images_per_s = elapsed > 0 ? static_cast<double>(images_) / elapsed : 0;
   f.comm_bytes = comm_.payload_bytes();
-  f.elapsed_s = elapsed;
   if (scaler_) {
     // Sync (GPU, once per window): the scale and the steps skipped since the last line (every
     // rank reads the same values: the skip decision was all-reduced).
@@ -421,14 +420,17 @@ int Trainer::after_step(std::int64_t first_step) {
     checkpoint(signal_name(stop), stop == cfg_.requeue_signal || stop == SIGTERM);
     return stop;
   }
-  if (cfg_.checkpoint_every > 0 && step_ % cfg_.checkpoint_every == 0) {
-    stop_clock();
-    checkpoint("every");
-    clock_.start();
-  }
+  const bool checkpoint_due = cfg_.checkpoint_every > 0 && step_ % cfg_.checkpoint_every == 0;
   if (cfg_.eval_every > 0 && step_ % cfg_.eval_every == 0) {
     stop_clock();
-    report_.eval(position(), evaluate());
+    const EvalResult e = evaluate();
+    report_.eval(position(), e);
+    consider_best(e);  // --keep-best: a new best is checkpointed right below
+    clock_.start();
+  }
+  if (checkpoint_due || best_due_) {
+    stop_clock();
+    checkpoint(checkpoint_due ? "every" : "best");  // collective: rank 0 writes, all agree
     clock_.start();
   }
   return 0;
@@ -449,9 +451,9 @@ EvalResult Trainer::end_epoch(bool epoch_done) {
                                                    kGpuPhaseSampleEvery));
   }
   const EvalResult e = evaluate();
-  const double train_s = clock_.seconds();
-  report_.epoch(position(), epoch_done, e, train_s, images_ / std::max(train_s, 1e-9),
+  report_.epoch(position(), epoch_done, e, images_ / std::max(clock_.seconds(), 1e-9),
                 comm_.payload_bytes());
+  consider_best(e);  // kept by the checkpoint that follows (the epoch's end, or the run's)
   return e;
 }
 
@@ -525,6 +527,7 @@ TrainResult Trainer::run() {
   res.images_per_second = images_ / std::max(res.train_seconds, 1e-9);
   res.comm_bytes = comm_.payload_bytes();
   res.last_checkpoint = last_checkpoint_;
+  res.totals = totals();
   return res;
 }
 

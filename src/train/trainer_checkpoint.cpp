@@ -42,6 +42,12 @@ void Trainer::resume_from(const TrainingState& s) {
   // The lineage continues; a checkpoint of a version without run ids starts a new one (its own
   // files then count as another run's: --keep leaves them alone).
   if (!s.run_id.empty()) run_id_ = s.run_id;
+  // The run's totals go on from the checkpoint's (zeros from a file older than version 3).
+  wall_before_ = s.wall_s;
+  train_before_ = s.train_s;
+  images_before_ = s.images_seen;
+  best_top1_ = s.best_top1;
+  best_step_ = s.best_step;
   if (scaler_ && s.loss_scale > 0) {
     scaler_->set_state(LossScalerState{static_cast<float>(s.loss_scale),
                                        static_cast<std::int32_t>(s.loss_scale_growth_tracker)});
@@ -116,7 +122,29 @@ TrainingState Trainer::state() const {
     s.loss_scale = a.scale;
     s.loss_scale_growth_tracker = a.growth_tracker;
   }
+  const RunTotals t = totals();
+  s.wall_s = t.wall_s;
+  s.train_s = t.train_s;
+  s.images_seen = t.images_seen;
+  s.best_top1 = best_top1_;
+  s.best_step = best_step_;
   return s;
+}
+
+StepPosition Trainer::position() const {
+  return StepPosition{step_, epoch_, total_steps_, totals()};
+}
+
+RunTotals Trainer::totals() const {
+  return RunTotals{wall_before_ + process_seconds(), train_before_ + clock_.seconds(),
+                   images_before_ + images_};
+}
+
+void Trainer::consider_best(const EvalResult& e) {
+  if (!cfg_.keep_best || e.top1 <= best_top1_) return;  // a tie keeps the earlier one
+  best_top1_ = e.top1;
+  best_step_ = step_;
+  best_due_ = true;
 }
 
 std::vector<std::vector<std::pair<std::string, std::vector<float>>>> Trainer::gather_hook_state() {
@@ -143,7 +171,11 @@ std::vector<std::vector<std::pair<std::string, std::vector<float>>>> Trainer::ga
 }
 
 void Trainer::checkpoint(const char* why, bool preemption) {
-  if (last_checkpoint_step_ == step_) return;  // this state is already on disk
+  // This state is already on disk, unless an evaluation after that write made it the best: the
+  // file is then written again (the same model and position) so that it records being the best.
+  const bool best_here = best_due_ && best_step_ == step_;
+  if (last_checkpoint_step_ == step_ && !best_here) return;
+  std::string best;
   const HostTraceScope span(tracer_, preemption ? "preemption checkpoint" : "checkpoint",
                             SpanArgs{.step = step_});
   std::string path;
@@ -163,12 +195,16 @@ void Trainer::checkpoint(const char* why, bool preemption) {
                                   e.what(), good_checkpoint_advice()),
                       kExitTrainingDiverged);
     }
+    // --keep-best: its second name first, so that retention cannot rotate it away.
+    if (best_here) best = keep_as_best(cfg_.checkpoint_dir, path);
     if (preemption) {
       const std::string replaced = roll_preemption_checkpoint(cfg_.checkpoint_dir, path);
       if (!replaced.empty()) log_.info("preemption checkpoint replaces " + replaced);
     }
-    // Retention within this run's lineage only: another run's files are never deleted.
-    const Retention kept = prune_checkpoints(cfg_.checkpoint_dir, cfg_.keep, run_id_);
+    // Retention within this run's lineage only (another run's files are never deleted), up to
+    // this step: the lineage's later files, of steps a resume from an older checkpoint replaces,
+    // are neither counted nor deleted (this run overwrites them when it reaches their steps).
+    const Retention kept = prune_checkpoints(cfg_.checkpoint_dir, cfg_.keep, run_id_, step_);
     if (!kept.foreign.empty() && !foreign_reported_) {
       foreign_reported_ = true;
       log_.info(fmt::format(
@@ -178,9 +214,11 @@ void Trainer::checkpoint(const char* why, bool preemption) {
     }
   });
   last_checkpoint_step_ = step_;
+  if (best_here) best_due_ = false;
   if (comm_.rank() == 0) {
     last_checkpoint_ = path;
     report_.checkpoint(position(), path, why, offset_, preemption);
+    if (!best.empty()) report_.best(position(), best_top1_, best);
   }
 }
 

@@ -29,8 +29,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
   mnist_ddp::Config cfg;
+  std::string given;  // as every launch asks for it (the flags set, for --write-config)
   try {
-    if (mnist_ddp::parse_cli(static_cast<int>(args.size()), argv.data(), cfg, false) ==
+    if (mnist_ddp::parse_cli(static_cast<int>(args.size()), argv.data(), cfg, false, &given) ==
         mnist_ddp::ParseOutcome::Run) {
       for (mnist_ddp::Device d : {mnist_ddp::Device::Cpu, mnist_ddp::Device::Cuda})
         for (bool multiple : {true, false}) {
@@ -42,6 +43,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
           }
         }
       (void)mnist_ddp::config_json(cfg);
+      try {
+        (void)mnist_ddp::config_toml(cfg);  // a string it cannot hold is a clear error
+      } catch (const mnist_ddp::UserError& e) {
+        mnist_ddp::fuzz::require_clear_error(e.what(), "--");
+      }
     }
   } catch (const mnist_ddp::UserError& e) {
     if (e.exit_code() != mnist_ddp::kExitUserError) __builtin_trap();

@@ -82,6 +82,22 @@ else
   fail "mpirun_inside_an_allocation state=$STATE nodes=$(on_nodes)" "$(tail -n 15 "$OUT" 2>&1)"
 fi
 
+# 3b. A job checked before it spends its allocation: the batch script with --dry-run runs every
+# check on all 8 tasks of both nodes (srun, PMIx, data, the directories), prints the plan and
+# writes nothing but the log: no checkpoint directory, no lock, no metrics.jsonl.
+export MNIST_DDP_CKPT="$TMP/ckpt-dry" MNIST_DDP_LOGS="$TMP/log-dry"
+submit sbatch_dry_run slurm/train_cpu_2x4.sh --data "$SMALL" --epochs 2 --checkpoint-every 5 --dry-run --progress off
+unset MNIST_DDP_CKPT MNIST_DDP_LOGS
+if [[ "$STATE" == COMPLETED ]] && grep -q "8 rank(s) on 2 node(s), device cpu" "$OUT" &&
+   [[ "$(on_nodes)" == "node1:4 node2:4" ]] && grep -qE "^plan: [0-9]+ step\(s\), 1 to [0-9]+ \(2 epoch\(s\)" "$OUT" &&
+   grep -q "globally on 8 rank(s) (2 node(s), device cpu)" "$OUT" &&
+   grep -q "^dry run: every check before the first step passed" "$OUT" && ! grep -q "^done:" "$OUT" &&
+   [[ ! -e "$TMP/ckpt-dry" && -f "$TMP/log-dry/mnist_train.log" && ! -e "$TMP/log-dry/metrics.jsonl" ]]; then
+  pass "sbatch_dry_run_checks_all_8_tasks_and_writes_nothing_but_the_log ($(grep -c '^plan:' "$OUT") plan lines)"
+else
+  fail "sbatch_dry_run state=$STATE nodes=$(on_nodes)" "$(tail -n 15 "$OUT" 2>&1)" "$(ls -la "$TMP/ckpt-dry" "$TMP/log-dry" 2>&1)"
+fi
+
 # 4. An interactive-style session: salloc, then srun steps in it.
 run salloc_srun 180 salloc -N2 -n4 bash -c "srun --mpi=pmix ./mnist_ddp --print-env && srun --mpi=pmix ./mnist_ddp --data $SMALL --epochs 1 --max-steps 5 --progress off --log-dir $TMP/log4 --checkpoint-dir $TMP/ckpt4"
 if [[ $RC -eq 0 ]] && [[ $(grep -c "launcher: srun (SLURM_PROCID=[0-3] agrees)" "$OUT") -eq 4 ]] &&

@@ -17,12 +17,14 @@
 #include <string>
 #include <vector>
 
+#include "mnist_ddp/app/resume.hpp"
 #include "mnist_ddp/checkpoint/checkpoint.hpp"
 #include "mnist_ddp/checkpoint/store.hpp"
 #include "mnist_ddp/model/model.hpp"
 #include "mnist_ddp/model/rng.hpp"
 #include "mnist_ddp/ops/ops.hpp"
 #include "mnist_ddp/runtime/check.hpp"
+#include "mnist_ddp/runtime/log.hpp"
 #include "test_util.hpp"
 
 namespace mnist_ddp {
@@ -146,8 +148,9 @@ TEST_F(CheckpointTest, RoundTripEveryDatasetAndAttribute) {
   EXPECT_EQ(files, 1);
 }
 
-// h5dump of a file without its first line (it names the file) and without the attributes that
-// say when and by which program it was written.
+// h5dump of a file without its first line (it names the file), without the attributes that
+// say when and by which program it was written, and without what a later format version changed:
+// its number, the payload CRC over its members, and version 3's /progress group.
 std::string dump_without_write_time(const std::string& path) {
   const std::string cmd = "h5dump '" + path + "' 2>&1";
   std::FILE* p = ::popen(cmd.c_str(), "r");
@@ -157,7 +160,12 @@ std::string dump_without_write_time(const std::string& path) {
   for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
   if (::pclose(p) != 0) return "h5dump failed: " + out;
   out.erase(0, out.find('\n') + 1);
-  for (const char* attr : {"created", "program_version"}) {
+  if (const std::size_t g = out.find("   GROUP \"progress\" {\n"); g != std::string::npos) {
+    const std::size_t e = out.find("\n   }\n", g);
+    if (e == std::string::npos) return "unterminated group progress";
+    out.erase(g, e + 6 - g);
+  }
+  for (const char* attr : {"created", "program_version", "format_version", "payload_crc32"}) {
     const std::string open = std::string("ATTRIBUTE \"") + attr + "\" {";
     const std::size_t a = out.find(open);
     if (a == std::string::npos) return std::string("no attribute ") + attr + " in " + path;
@@ -171,10 +179,12 @@ std::string dump_without_write_time(const std::string& path) {
   return out;
 }
 
-// The format is unchanged: a checkpoint written by mnist_ddp 0.1.0 before the checkpoint code
-// was split into a schema (tests/fixtures/checkpoint-0.1.0, see its README.md) is read and
-// written back by this version with every group, dataset, attribute, type, filter and value
-// the same (h5dump of both; only the write time and program version may differ).
+// The format changed only by version 3's /progress: a checkpoint written by mnist_ddp 0.1.0
+// (format version 2, before the checkpoint code was split into a schema;
+// tests/fixtures/checkpoint-0.1.0, see its README.md) is read and written back by this version
+// with every group, dataset, attribute, type, filter and value the same (h5dump of both; the write
+// time, program version, format version and payload CRC aside), plus a /progress group that says
+// "no totals, no best" (zeros, -1).
 TEST_F(CheckpointTest, ACheckpointOfVersion010IsReadAndWrittenBackUnchanged) {
   const std::string old_file = "tests/fixtures/checkpoint-0.1.0/ckpt-00000003.h5";
   ASSERT_TRUE(fs::exists(old_file)) << "run from the repository root";
@@ -193,7 +203,13 @@ TEST_F(CheckpointTest, ACheckpointOfVersion010IsReadAndWrittenBackUnchanged) {
   EXPECT_EQ(again.params, s.params);
   EXPECT_EQ(again.momentum, s.momentum);
   EXPECT_EQ(again.config_json, s.config_json);
-  EXPECT_EQ(payload_crc32(again), payload_crc32(s));
+  EXPECT_EQ(payload_crc32(again), payload_crc32(s, kCheckpointVersion));
+  EXPECT_EQ(s.format_version, 2);
+  EXPECT_EQ(again.format_version, kCheckpointVersion);
+  EXPECT_EQ(again.images_seen, 0);
+  EXPECT_EQ(again.wall_s, 0.0);
+  EXPECT_EQ(again.best_step, -1);
+  EXPECT_EQ(again.best_top1, -1.0);
 }
 
 TEST_F(CheckpointTest, RejectsTruncatedFile) {
@@ -697,6 +713,118 @@ TEST_F(CheckpointTest, PreemptionCheckpointRollsAndNeverDeletesAnythingElse) {
   EXPECT_TRUE(fs::exists(e));
   fs::remove(outside);
   unsetenv("SLURM_JOB_ID");
+}
+
+// Version 3's /progress: the run's totals and best evaluation round-trip, are covered by the
+// payload CRC, and impossible values are refused by name.
+TEST_F(CheckpointTest, ProgressRoundTripsIsCoveredByTheCrcAndImpossibleValuesAreRefused) {
+  TrainingState s = state(30);
+  s.wall_s = 123.25;
+  s.train_s = 99.5;
+  s.images_seen = 6000;
+  s.best_top1 = 0.875;
+  s.best_step = 20;
+  const TrainingState t = load_checkpoint(save_checkpoint(dir_.string(), s, layout_), layout_);
+  EXPECT_EQ(t.wall_s, 123.25);
+  EXPECT_EQ(t.train_s, 99.5);
+  EXPECT_EQ(t.images_seen, 6000);
+  EXPECT_EQ(t.best_top1, 0.875);
+  EXPECT_EQ(t.best_step, 20);
+  const auto set_attr = [&](const std::string& path, const char* name, std::int64_t v) {
+    const hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    const hid_t g = H5Gopen2(f, "progress", H5P_DEFAULT);
+    const hid_t a = H5Aopen(g, name, H5P_DEFAULT);
+    H5Awrite(a, H5T_NATIVE_INT64, &v);
+    H5Aclose(a);
+    H5Gclose(g);
+    H5Fclose(f);
+    refresh_file_crc(path);  // past the file CRC: the payload CRC must catch it
+  };
+  const std::string path = dir_.string() + "/ckpt-00000030.h5";
+  set_attr(path, "images_seen", 6001);
+  expect_error([&] { load_checkpoint(path, layout_); }, path, "payload CRC32 mismatch");
+  s.best_step = 31;  // after the checkpoint's own step
+  expect_error([&] { save_checkpoint(dir_.string(), s, layout_), load_checkpoint(path, layout_); },
+               path, "/progress holds impossible values");
+}
+
+// --keep-best: the best checkpoint is a second name, out of the rotation (retention, --resume
+// auto) but verified, and another run's best is in the way of a run that keeps one.
+TEST_F(CheckpointTest, BestCheckpointIsOutOfTheRotationAndAnotherRunsIsInTheWay) {
+  const std::string c10 = save_checkpoint(dir_.string(), state(10), layout_);
+  const std::string c20 = save_checkpoint(dir_.string(), state(20), layout_);
+  const std::string best = keep_as_best(dir_.string(), c10);
+  EXPECT_EQ(best, best_checkpoint_path(dir_.string()));
+  EXPECT_EQ(list_checkpoints(dir_.string()), (std::vector<std::string>{c20, c10}));
+  prune_checkpoints(dir_.string(), 1, "00000000run00001");
+  EXPECT_FALSE(fs::exists(c10));
+  EXPECT_EQ(load_checkpoint(best, layout_).step, 10);  // the file outlives its rotated name
+  std::vector<std::string> warnings;
+  EXPECT_EQ(find_resume_checkpoint(dir_.string(), layout_, &warnings)->first, c20);
+  const auto verdicts = verify_checkpoints(dir_.string(), layout_);
+  ASSERT_EQ(verdicts.size(), 2u);
+  EXPECT_EQ(verdicts[1].path, best);
+  EXPECT_EQ(verdicts[1].step, 10);
+  keep_as_best(dir_.string(), c20);  // a better one replaces it
+  EXPECT_EQ(load_checkpoint(best, layout_).step, 20);
+  for (const auto& e : fs::directory_iterator(dir_))
+    EXPECT_EQ(e.path().filename().string().find(".tmp"), std::string::npos) << e.path();
+  // Another lineage's best is in the way only of a run that keeps one; its own never is.
+  EXPECT_EQ(checkpoints_in_the_way(dir_.string(), "00000000run00002", 100, true),
+            std::vector<std::string>{"ckpt-best.h5 (run id 00000000run00001)"});
+  EXPECT_TRUE(checkpoints_in_the_way(dir_.string(), "00000000run00002", 100, false).empty());
+  EXPECT_TRUE(checkpoints_in_the_way(dir_.string(), "00000000run00001", 100, true).empty());
+}
+
+// Resuming with --keep-best: a better best of the run in the directory stays the one to beat, and
+// a checkpoint recorded as the best but never linked is linked; another run's best is left alone.
+TEST_F(CheckpointTest, ResumeReconcilesTheRunsBestWithTheDirectory) {
+  Logger log(0, (dir_ / "logs").string(), false);
+  Config cfg;
+  cfg.checkpoint_dir = dir_.string();
+  cfg.keep_best = true;
+  TrainingState b20 = state(20);
+  b20.best_top1 = 0.9;
+  b20.best_step = 20;
+  keep_as_best(dir_.string(), save_checkpoint(dir_.string(), b20, layout_));
+  // Resumed from an older branch that knew a worse best: the directory's 0.9 is the one to beat.
+  TrainingState s = state(10);
+  s.best_top1 = 0.8;
+  s.best_step = 10;
+  reconcile_best(cfg, dir_.string() + "/ckpt-00000010.h5", layout_, s, log);
+  EXPECT_EQ(s.best_top1, 0.9);
+  EXPECT_EQ(s.best_step, 20);
+  EXPECT_EQ(load_checkpoint(best_checkpoint_path(dir_.string()), layout_).step, 20);
+  // Recorded as the best at its own step, never linked: linked now (not by a dry run).
+  TrainingState b30 = state(30);
+  b30.best_top1 = 0.95;
+  b30.best_step = 30;
+  const std::string p30 = save_checkpoint(dir_.string(), b30, layout_);
+  cfg.dry_run = true;
+  reconcile_best(cfg, p30, layout_, b30, log);
+  EXPECT_EQ(load_checkpoint(best_checkpoint_path(dir_.string()), layout_).step, 20);
+  cfg.dry_run = false;
+  reconcile_best(cfg, p30, layout_, b30, log);
+  EXPECT_EQ(load_checkpoint(best_checkpoint_path(dir_.string()), layout_).step, 30);
+  EXPECT_EQ(b30.best_top1, 0.95);
+  // Another run's best: neither adopted nor replaced.
+  TrainingState other = state(40, 1, "00000000run00002");
+  other.best_top1 = 0.97;
+  other.best_step = 40;
+  const std::string p40 = save_checkpoint(dir_.string(), other, layout_);
+  reconcile_best(cfg, p40, layout_, other, log);
+  EXPECT_EQ(load_checkpoint(best_checkpoint_path(dir_.string()), layout_).step, 30);
+}
+
+// --dry-run's directory check creates and writes nothing.
+TEST_F(CheckpointTest, DryRunDirectoryCheckWritesNothing) {
+  const fs::path later = dir_ / "a" / "b";
+  EXPECT_TRUE(check_checkpoint_dir(later.string()));  // a run would create it
+  EXPECT_FALSE(fs::exists(dir_ / "a"));
+  EXPECT_FALSE(check_checkpoint_dir(dir_.string()));
+  std::ofstream(dir_ / "file") << "x";
+  expect_error([&] { check_checkpoint_dir((dir_ / "file" / "sub").string()); }, "file",
+               "is not a directory");
 }
 
 TEST_F(CheckpointTest, UnwritableDirectoryIsNamed) {

@@ -166,6 +166,23 @@ TEST(Cli, AccumulateParsesAndItsMistakesNameIt) {
             std::string::npos);
 }
 
+// The actions of one invocation, and the combinations with nothing to do.
+TEST(Cli, DryRunWriteConfigAndKeepBestParseAndTheirMistakesNameThem) {
+  EXPECT_TRUE(parse_ok({"--dry-run"}).dry_run);
+  EXPECT_EQ(parse_ok({"--write-config", "r.toml"}).write_config, "r.toml");
+  EXPECT_TRUE(parse_ok({"--keep-best"}).keep_best);
+  EXPECT_EQ(parse_ok({"--resume", "best"}).resume, "best");
+  EXPECT_NE(parse_error({"--dry-run", "--write-config", "r.toml"})
+                .find("--dry-run checks a run before it trains; --write-config trains nothing"),
+            std::string::npos);
+  EXPECT_NE(parse_error({"--dry-run", "--verify-checkpoints"}).find("--verify-checkpoints"),
+            std::string::npos);
+  EXPECT_NE(parse_error({"--keep-best", "--eval-only", "--resume", "best"})
+                .find("--eval-only --resume best evaluates the kept one"),
+            std::string::npos);
+  EXPECT_NE(parse_error({"--write-config"}).find("--write-config"), std::string::npos);
+}
+
 TEST(Cli, StragglerFlagsParseAndTheirMistakesNameTheFlag) {
   const Config d = parse_ok({});
   EXPECT_EQ(d.straggler_every, -1);  // the --log-every window
@@ -196,8 +213,9 @@ TEST(Cli, StragglerFlagsParseAndTheirMistakesNameTheFlag) {
 // injects) only under --help-all.
 TEST(Cli, HelpGroupsTheFlagsAndHidesTheTestSeams) {
   const std::string help = help_text(), all = help_text(true);
-  for (const char* group : {"\nTraining:\n", "\nData:\n", "\nDistributed:\n", "\nCheckpoints:\n",
-                            "\nLogging and observability:\n", "\nGPU:\n", "\nCPU:\n"}) {
+  for (const char* group :
+       {"\nConfiguration and checks:\n", "\nTraining:\n", "\nData:\n", "\nDistributed:\n",
+        "\nCheckpoints:\n", "\nLogging and observability:\n", "\nGPU:\n", "\nCPU:\n"}) {
     EXPECT_NE(help.find(group), std::string::npos) << group;
   }
   EXPECT_NE(help.find("--help-all"), std::string::npos);
@@ -241,7 +259,9 @@ TEST(Cli, StoredConfigurationHoldsEveryFlagAsTyped) {
   for (std::sregex_iterator it(help.begin(), help.end(), flag), end; it != end; ++it) {
     std::string name = std::string((*it)[1]).substr(2);
     // They act, they configure nothing.
-    if (name == "help" || name == "help-all" || name == "version") continue;
+    if (name == "help" || name == "help-all" || name == "version" || name == "config" ||
+        name == "write-config" || name == "dry-run")
+      continue;
     std::replace(name.begin(), name.end(), '-', '_');
     keys.insert(name);
     EXPECT_TRUE(stored.contains(name)) << "--" << (*it)[1] << " is missing from config_json";

@@ -168,5 +168,29 @@ TEST_F(DirLockTest, FreshRecordOfAnotherHostIsRefusedAndAStaleOneTakenOver) {
   EXPECT_NE(notes[0].find("node-elsewhere"), std::string::npos) << notes[0];
 }
 
+// --dry-run's check: the verdict acquire() would reach, with nothing created or written.
+TEST_F(DirLockTest, DryRunCheckGivesAcquiresVerdictAndWritesNothing) {
+  std::vector<std::string> notes;
+  const fs::path fresh = dir_ / "not-yet";
+  DirLock::check(fresh.string(), &notes);  // no directory yet: free
+  EXPECT_FALSE(fs::exists(fresh));
+  DirLock::check(dir_.string(), &notes);  // a directory no run has held: free
+  EXPECT_FALSE(fs::exists(dir_ / kLockFileName));
+  EXPECT_TRUE(notes.empty());
+  auto held = DirLock::acquire(dir_.string(), &notes);
+  const auto before = fs::last_write_time(dir_ / kLockFileName);
+  const auto record = read_lock_record(dir_.string());
+  expect_error([&] { DirLock::check(dir_.string(), &notes); },
+               {dir_.string() + " is in use", "pid " + std::to_string(getpid())});
+  EXPECT_EQ(fs::last_write_time(dir_ / kLockFileName), before);
+  EXPECT_EQ(read_lock_record(dir_.string())->started, record->started);
+  held.reset();
+  DirLock::check(dir_.string(), &notes);  // released: free again
+  EXPECT_EQ(read_lock_record(dir_.string())->state, "released");
+  plant("node-elsewhere", 31337, 5);  // a fresh holder the OS lock does not show
+  expect_error([&] { DirLock::check(dir_.string(), &notes); }, {"host node-elsewhere pid 31337"});
+  EXPECT_TRUE(notes.empty());
+}
+
 }  // namespace
 }  // namespace mnist_ddp

@@ -5,6 +5,7 @@
 #include <csignal>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "mnist_ddp/dist/compress.hpp"
 #include "mnist_ddp/dist/reducer.hpp"
@@ -54,7 +55,8 @@ struct Config {
   std::string checkpoint_dir = "checkpoints";
   std::int64_t checkpoint_every = 0;  // steps; 0: only at epoch ends and at the end
   int keep = 3;
-  std::string resume = "none";  // none | auto | PATH
+  bool keep_best = false;       // --keep-best: the best test top-1's checkpoint out of the rotation
+  std::string resume = "none";  // none | auto | best | PATH
   std::int64_t log_every = 50;
   std::int64_t check_replicas = 0;
   std::int64_t straggler_every = -1;  // steps per straggler window; -1: --log-every; 0: off
@@ -88,13 +90,31 @@ struct Config {
   bool requeue = false;             // on the requeue signal / SIGTERM under Slurm: scontrol requeue
   int requeue_signal = SIGUSR1;     // --requeue-signal (signals.hpp parse_signal)
   Progress progress = Progress::Auto;
+  // What this invocation does instead of training (not part of the stored configuration).
+  bool dry_run = false;      // --dry-run: every check before the first step, the plan, exit 0
+  std::string write_config;  // --write-config FILE: the configuration as TOML, then exit
 };
 
 enum class ParseOutcome { Run, ExitOk };
 
-// Parses argv into cfg. --help / --version print (only when `print` is true, i.e. on rank 0) and
-// return ExitOk. A bad command line throws UserError naming the flag and the fix.
-ParseOutcome parse_cli(int argc, char** argv, Config& cfg, bool print);
+// Parses argv (and the TOML file of --config FILE, whose keys are the flags' names without the
+// dashes; the command line wins) into cfg. --help / --version print (only when `print` is true,
+// i.e. on rank 0) and return ExitOk. A bad command line or config file throws UserError naming
+// the flag (and the file) and the fix. given (optional): the flags the command line or the file
+// set, as config_json's object of them.
+ParseOutcome parse_cli(int argc, char** argv, Config& cfg, bool print,
+                       std::string* given = nullptr);
+
+// The configuration as a TOML file --config reads back to the same configuration: every flag
+// under the name --help gives it (without the dashes), grouped as --help groups them; the test
+// seams only where set. UserError for a string the file cannot hold (a '#', a line break).
+std::string config_toml(const Config& cfg);
+
+// A stored configuration (config_json's object: a checkpoint's) with `given` (the same form)
+// laid over it, as a Config: read through the same parser as --config (so its values are checked
+// the same way). Keys this version does not know are skipped and named in *unknown.
+Config config_from_json(const std::string& stored_json, const std::string& given,
+                        std::vector<std::string>* unknown);
 
 // The --help text, in groups; all: --help-all's, the test seams included (docs/flags.md's
 // consistency test reads every flag from it).

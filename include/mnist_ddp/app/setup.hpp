@@ -44,8 +44,8 @@ int exit_status_of(int rank, const std::function<int()>& body,
 std::optional<Identity> identify(int rank, int world, const MpiLocality& locality,
                                  const std::string& host, int* exit_code);
 
-// Collective (agreement): the command line, and the requeue signal's handler. False when the run
-// ends here (--help, --version).
+// Collective (agreement): the command line (and --config's file), and the requeue signal's
+// handler. False when the run ends here (--help, --version, --write-config: written).
 bool configure(Comm& control, const Identity& id, int argc, char** argv, Config& cfg);
 
 // Collective (agreement): a run that will write checkpoints takes its directory's lock (rank 0

@@ -3,7 +3,7 @@
 // attribute is the last thing written), Fletcher32 on every array plus a CRC32 over the whole
 // payload, validated on load, newest-first resume with fallback, keep-last-K retention.
 //
-// Schema (format "mnist_ddp-checkpoint", version 2; documented with h5dump in docs/checkpoints.md):
+// Schema (format "mnist_ddp-checkpoint", version 3; documented with h5dump in docs/checkpoints.md):
 //   /                 attrs: format, format_version, model, step, epoch, sample_offset,
 //                     world_size, seed, program_version, config (JSON), created, payload_crc32,
 //                     run_id (the lineage: made when a run starts fresh, kept across resumes;
@@ -22,6 +22,9 @@
 //   /data             attrs: name, mean, std (float64: exactly what training normalised with),
 //                     labels_crc32, train_count, image_shape (1, 28, 28), transform (readable)
 //                     (version 2; version 1 files load without it, with a warning on resume)
+//   /progress         attrs: wall_s, train_s, images_seen (the run's totals over every process
+//                     of its lineage up to this state), best_top1, best_step (its best evaluation
+//                     so far; -1: none) (version 3; older files load with zeros and no best)
 // The payload CRC32 covers every array, the scalars, the hook state, /amp and /data.
 #pragma once
 
@@ -35,7 +38,7 @@
 namespace mnist_ddp {
 
 inline constexpr const char* kCheckpointFormat = "mnist_ddp-checkpoint";
-inline constexpr std::int64_t kCheckpointVersion = 2;
+inline constexpr std::int64_t kCheckpointVersion = 3;
 // The oldest version this program still reads (1: no /data record).
 inline constexpr std::int64_t kCheckpointOldestVersion = 1;
 // How mnist_ddp turns a raw image into the model's input (recorded in /data transform).
@@ -81,6 +84,13 @@ struct TrainingState {
   std::int64_t loss_scale_growth_tracker = 0;
   std::int64_t format_version = kCheckpointVersion;  // of the file it was read from
   InputRecord input;                                 // /data
+  // /progress (version 3): the run's totals up to this state, over all its processes (a resumed
+  // or requeued run adds its own to them), and its best evaluation so far.
+  double wall_s = 0;             // wall-clock seconds of the processes, from their start
+  double train_s = 0;            // of those, seconds in training steps
+  std::int64_t images_seen = 0;  // training images consumed, all ranks together
+  double best_top1 = -1;         // best test top-1 (a fraction) of the run; -1: none yet
+  std::int64_t best_step = -1;   // the step it was measured at
 };
 
 // A model alone: what --init-weights starts from and --eval-only evaluates. From a full
@@ -124,6 +134,9 @@ TrainingState load_checkpoint(const std::string& path, const CheckpointLayout& l
 // The payload CRC32 a checkpoint of this state carries (its /data part only when
 // state.input.recorded: a version-1 file's CRC never covered one). For tests and tools.
 std::uint32_t payload_crc32(const TrainingState& state);
+// The same, as a file of format `version` covers it (a state read from an older file is written
+// back as the current version).
+std::uint32_t payload_crc32(const TrainingState& state, std::int64_t version);
 
 // The model of a full or weights-only checkpoint, validated (shapes, Fletcher32, the file's CRC).
 // UserError naming the file and the problem otherwise.

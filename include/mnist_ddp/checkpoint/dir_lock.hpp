@@ -68,6 +68,10 @@ class DirLock {
   // holder and the fix when it is held. `notes` receives what a user should read (a holder that
   // did not release, a file system without locks).
   static std::unique_ptr<DirLock> acquire(const std::string& dir, std::vector<std::string>* notes);
+  // --dry-run: the same verdict as acquire() without taking the lock or writing anything (a
+  // directory or lock file that does not exist yet is free). UserError as acquire() when held;
+  // `notes` as acquire(), and a holder of this Slurm job that acquire() would wait for.
+  static void check(const std::string& dir, std::vector<std::string>* notes);
   ~DirLock();
   DirLock(const DirLock&) = delete;
   DirLock& operator=(const DirLock&) = delete;

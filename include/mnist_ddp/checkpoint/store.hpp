@@ -3,6 +3,7 @@
 // keep-last-K retention. The files themselves: checkpoint.hpp.
 #pragma once
 
+#include <climits>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -16,6 +17,15 @@ namespace mnist_ddp {
 // "ckpt-00001200.h5" for step 1200.
 std::string checkpoint_name(std::int64_t step);
 
+// --keep-best's file, dir/ckpt-best.h5: a second name of the checkpoint with the run's best test
+// top-1, out of the rotation (--keep, --resume auto and the preemption roll never see it).
+std::string best_checkpoint_path(const std::string& dir);
+
+// Makes `path` (a checkpoint of dir) the best one, atomically: a hard link (a copy where the
+// filesystem has none) under a temporary name, fsync, rename over the previous best. Returns the
+// best's path; UserError naming it and the fix when the filesystem refuses.
+std::string keep_as_best(const std::string& dir, const std::string& path);
+
 // A new lineage's run id: 16 hex digits from the system's random source (a fresh run makes one;
 // resumed runs keep their checkpoint's).
 std::string new_run_id();
@@ -23,6 +33,11 @@ std::string new_run_id();
 // Creates dir if needed and proves it writable (create, fsync, remove a probe file). UserError
 // naming the directory and the fix otherwise. Also removes temporaries a crashed writer left.
 void prepare_checkpoint_dir(const std::string& dir);
+
+// --dry-run's prepare_checkpoint_dir, writing nothing: dir is a writable directory, or does not
+// exist and its nearest existing parent is writable (a run would create it; returns true then).
+// UserError as prepare_checkpoint_dir's otherwise.
+bool check_checkpoint_dir(const std::string& dir);
 
 // fsync of a file, or of a directory (after a rename in it); UserError naming the path.
 void fsync_path(const std::string& path, bool directory);
@@ -35,7 +50,8 @@ std::vector<std::string> list_checkpoints(const std::string& dir);
 std::optional<std::pair<std::string, TrainingState>> find_resume_checkpoint(
     const std::string& dir, const CheckpointLayout& layout, std::vector<std::string>* warnings);
 
-// --verify-checkpoints: every complete-named checkpoint of dir (newest first) loaded the way
+// --verify-checkpoints: every complete-named checkpoint of dir (newest first, then the best one)
+// loaded the way
 // --resume loads it. `error` is empty for a file that passes, else the loader's UserError text.
 struct CheckpointVerdict {
   std::string path;
@@ -47,20 +63,28 @@ std::vector<CheckpointVerdict> verify_checkpoints(const std::string& dir,
                                                   const CheckpointLayout& layout);
 
 // keep-last-K retention within one lineage: deletes all but the newest `keep` checkpoints whose
-// run id is `run_id`. A checkpoint of another run, of an older mnist_ddp (no run id) or whose
-// owner cannot be read is never deleted and never counted: it is listed in `foreign`.
+// run id is `run_id` at steps up to `up_to_step` (the lineage's files of later steps, left by the
+// branch a resume from an older checkpoint replaces, are neither counted nor deleted). A
+// checkpoint of another run, of an older mnist_ddp (no run id) or whose owner cannot be read is
+// never deleted and never counted: it is listed in `foreign`.
 struct Retention {
   std::vector<std::string> deleted;
   std::vector<std::string> foreign;  // "PATH (run id X)" or "PATH (no run id)"
 };
-Retention prune_checkpoints(const std::string& dir, int keep, const std::string& run_id);
+Retention prune_checkpoints(const std::string& dir, int keep, const std::string& run_id,
+                            std::int64_t up_to_step = INT64_MAX);
+
+// The checkpoints of lineage `run_id` in dir at steps after `step`, newest first: what a run
+// resumed from an older checkpoint (--resume best, --resume PATH) will replace.
+std::vector<std::string> later_in_lineage(const std::string& dir, const std::string& run_id,
+                                          std::int64_t step);
 
 // The checkpoints of dir that a run of lineage `run_id` whose next checkpoint is after
 // `start_step` could overwrite (same file name: another lineage's, or one without a run id, at a
-// later step), as "ckpt-00000600.h5 (run id X)". A damaged file (nothing in it loads) is not in
-// the way. Empty when the run can write safely.
+// later step; with keep_best also another lineage's best), as "ckpt-00000600.h5 (run id X)". A
+// damaged file (nothing in it loads) is not in the way. Empty when the run can write safely.
 std::vector<std::string> checkpoints_in_the_way(const std::string& dir, const std::string& run_id,
-                                                std::int64_t start_step);
+                                                std::int64_t start_step, bool keep_best = false);
 
 // Records `path` as this job's preemption checkpoint (in dir/.preempt-<SLURM_JOB_ID or "local">)
 // and deletes the one recorded before it when that is an older checkpoint of dir (never anything

@@ -14,11 +14,18 @@ class logger;
 
 namespace mnist_ddp {
 
+// metrics.jsonl's schema version, in every record as "schema" (docs/outputs.md: its fields and
+// units). 2: the run's totals (wall_s, train_s, images_seen) on every training, evaluation and
+// checkpoint record, time_s gone; 1 (no "schema" field): before.
+inline constexpr int kMetricsSchema = 2;
+
 class Logger {
  public:
   // Rank 0 creates log_dir and opens mnist_train.log and metrics.jsonl (UserError if it cannot);
-  // append continues existing files (a resumed run) instead of truncating them.
-  Logger(int rank, const std::string& log_dir, bool live_progress, bool append = false);
+  // append continues existing files (a resumed run) instead of truncating them. Without
+  // metrics_file (--dry-run) metrics.jsonl is not touched and metrics() writes nothing.
+  Logger(int rank, const std::string& log_dir, bool live_progress, bool append = false,
+         bool metrics_file = true);
   ~Logger();
   Logger(const Logger&) = delete;
   Logger& operator=(const Logger&) = delete;
@@ -32,7 +39,8 @@ class Logger {
   // A warning: `mnist_ddp: warning: LINE` on rank 0's stderr (warnings and errors go to stderr,
   // progress and results to stdout), and `warning: LINE` in the log file.
   void warn(const std::string& line);
-  // One JSON object per line in metrics.jsonl (flushed, so a killed job keeps its metrics).
+  // One JSON object per line in metrics.jsonl, with "schema": kMetricsSchema added (flushed, so a
+  // killed job keeps its metrics).
   void metrics(const nlohmann::json& record);
   // Rewrites the live progress line (TTY only; no-op otherwise).
   void progress(const std::string& line);

@@ -8,6 +8,8 @@
 #include <optional>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "mnist_ddp/app/cli.hpp"
 #include "mnist_ddp/dist/reducer.hpp"
 #include "mnist_ddp/runtime/log.hpp"
@@ -29,20 +31,31 @@ struct EvalResult {
   std::int64_t count = 0;  // images evaluated (== test set size: each counted exactly once)
 };
 
+// The run's totals over all its processes (a resumed or requeued run continues its checkpoint's):
+// what metrics.jsonl's wall_s, train_s and images_seen say.
+struct RunTotals {
+  double wall_s = 0;             // wall-clock seconds of the processes, from their start
+  double train_s = 0;            // of those, in training steps (no evaluation, no checkpoints)
+  std::int64_t images_seen = 0;  // training images consumed, all ranks together
+};
+
 // Where the run stands when an event is reported.
 struct StepPosition {
   std::int64_t step = 0;
   std::int64_t epoch = 0;  // 0-based
   std::int64_t total_steps = 0;
+  RunTotals totals;
 };
+
+// The totals as metrics.jsonl fields (every training, evaluation and checkpoint record has them).
+void add_totals(nlohmann::json& record, const RunTotals& t);
 
 // A --log-every window: the global mean loss and the throughput so far.
 struct WindowFigures {
   double loss = 0;
   double lr = 0;
-  double images_per_s = 0;
+  double images_per_s = 0;  // this process's training images over its training time
   std::uint64_t comm_bytes = 0;
-  double elapsed_s = 0;
   // --amp fp16: the loss scale, the steps skipped in this window and in the run.
   struct Amp {
     double scale = 0;
@@ -73,8 +86,11 @@ class Reporter {
   // timing: how the steps were timed ("host clocks", or the GPU's CUDA events on a sample).
   void step_phases(const StepPosition& at, std::size_t steps, const PhaseSeconds& median,
                    const std::string& timing);
-  void epoch(const StepPosition& at, bool done, const EvalResult& e, double train_s,
-             double images_per_s, std::uint64_t comm_bytes);
+  // images_per_s: this process's (the run's totals are in `at`).
+  void epoch(const StepPosition& at, bool done, const EvalResult& e, double images_per_s,
+             std::uint64_t comm_bytes);
+  // --keep-best: a new best evaluation (top-1, a fraction), kept as `path`.
+  void best(const StepPosition& at, double top1, const std::string& path);
   void checkpoint(const StepPosition& at, const std::string& path, const char* why,
                   std::int64_t sample_offset, bool preemption);
   void stopping(const char* signal, std::int64_t step);

@@ -1,10 +1,14 @@
 // stopwatch.hpp — the training clock: accumulates the intervals between start() and stop(), so
-// evaluation and checkpoints stay outside the images/s figures.
+// evaluation and checkpoints stay outside the images/s figures; and the process's own age (the
+// wall time a run's totals add up).
 #pragma once
 
 #include <chrono>
 
 namespace mnist_ddp {
+
+// Wall-clock seconds since this process started (steady clock, taken at static initialisation).
+double process_seconds();
 
 class Stopwatch {
  public:

@@ -39,6 +39,7 @@ struct TrainResult {
   std::uint64_t comm_bytes = 0;  // payload bytes this rank passed to collectives
   int stop_signal = 0;           // SIGINT/SIGTERM that stopped the run (0: ran to the end)
   std::string last_checkpoint;   // path of the newest checkpoint written by this run
+  RunTotals totals;              // the run's, over all its processes (report.hpp)
 };
 
 // The communicators a trainer works with, and the plan (comm_plan.hpp) that chose them.
@@ -128,7 +129,13 @@ class Trainer {
   // The training clock stopped; sync (GPU): the losses summed so far are read first, so the
   // asynchronous device work is inside the time it is measured by.
   void stop_clock();
-  StepPosition position() const { return StepPosition{step_, epoch_, total_steps_}; }
+  StepPosition position() const;
+  // The run's totals now: the resumed checkpoint's plus this process's.
+  RunTotals totals() const;
+  // --keep-best: an evaluation better than every earlier one of the run (the same decision on
+  // every rank: the results were all-reduced) is due to be kept: the checkpoint of its step
+  // (written next, or again) becomes the best one (store.hpp keep_as_best).
+  void consider_best(const EvalResult& e);
   void log_window();
   // What to do after a divergence: the last good checkpoint (rank 0 knows it), or start again.
   std::string good_checkpoint_advice() const;
@@ -176,6 +183,13 @@ class Trainer {
   std::string last_checkpoint_;
   std::string run_id_;             // the lineage (new_run_id(), or the resumed checkpoint's)
   bool foreign_reported_ = false;  // checkpoints of other runs in the directory: said once
+  // The run's totals before this process (the resumed checkpoint's) and its best evaluation.
+  double wall_before_ = 0;
+  double train_before_ = 0;
+  std::int64_t images_before_ = 0;
+  double best_top1_ = -1;  // -1: none yet
+  std::int64_t best_step_ = -1;
+  bool best_due_ = false;  // best_step_'s checkpoint is not yet kept as the best
   std::unique_ptr<StragglerMonitor> stragglers_;  // watch_stragglers(); null: off
   std::int64_t straggler_every_ = 0;              // steps per window
   std::optional<DebugSlow> debug_slow_;           // --debug-slow (a test seam)
