@@ -570,7 +570,9 @@ Config config_from_json(const std::string& stored_json, const std::string& given
   BoundTable bound{Config{}};
   const OptionTable& table = bound.table;
   std::string toml;
-  for (const auto& [key, value] : merged.items()) {
+  for (const auto& item : merged.items()) {
+    const std::string& key = item.key();
+    const nlohmann::json& value = item.value();
     const auto it = std::find_if(table.stored().begin(), table.stored().end(),
                                  [&](const OptionTable::Stored& s) { return s.key == key; });
     if (it == table.stored().end()) {
