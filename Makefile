@@ -92,13 +92,13 @@ BUILD := build/$(ARCH)
 BIN := build/$(ARCH)/mnist_ddp
 endif
 # ---- sources -----------------------------------------------------------------------------------
-LOADER_SRC := src/runtime/cuda_loader.cpp
+LOADER_SRC := src/app/cuda_loader.cpp
 ifeq ($(USE_CUDA),1)
 # Sources by folder (src/<concern>/, backends in src/<concern>/{cpu,cuda}/); src/stub/ only
 # without CUDA.
 LIB_SRCS := $(filter-out src/app/main.cpp src/stub/% $(LOADER_SRC),$(wildcard src/*/*.cpp src/*/*/*.cpp))
 CU_SRCS := $(wildcard src/*/*.cu src/*/*/*.cu)
-# The GPU backend as a plugin beside the binary (runtime/cuda_backend.hpp): the CUDA objects and
+# The GPU backend as a plugin beside the binary (app/cuda_backend.hpp): the CUDA objects and
 # the CUDA libraries, loaded by the binary's loader only when a run asks a GPU something.
 CUDA_PLUGIN := $(dir $(BIN))libmnist_ddp_cuda.so
 MAIN_SEAM_OBJ := $(BUILD)/$(LOADER_SRC:.cpp=.o)
@@ -308,7 +308,7 @@ FUZZ_TARGETS ?= idx checkpoint cli env
 # Coverage everywhere made every other function 2.6x slower and cost a third build of the tree.
 FUZZ_FLAGS := -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 FUZZ_COVERED := src/data/idx.cpp src/checkpoint/checkpoint.cpp src/checkpoint/schema.cpp \
-  src/checkpoint/hdf5_io.cpp src/checkpoint/file_crc.cpp src/app/cli.cpp src/runtime/identity.cpp
+  src/checkpoint/hdf5_io.cpp src/checkpoint/file_crc.cpp src/app/cli.cpp src/launch/identity.cpp
 FUZZ_BASE ?= $(BUILD)
 fuzz:
 	@tools/install-deps.sh --tests

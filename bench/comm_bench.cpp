@@ -15,16 +15,16 @@
 #include <memory>
 #include <vector>
 
-#include "mnist_ddp/dist/comm.hpp"
-#include "mnist_ddp/dist/compress.hpp"
-#include "mnist_ddp/dist/flight_recorder.hpp"
-#include "mnist_ddp/dist/reducer.hpp"
+#include "mnist_ddp/comm/comm.hpp"
+#include "mnist_ddp/comm/compress.hpp"
+#include "mnist_ddp/comm/flight_recorder.hpp"
+#include "mnist_ddp/comm/reducer.hpp"
+#include "mnist_ddp/diagnostics/check.hpp"
+#include "mnist_ddp/diagnostics/trace.hpp"
+#include "mnist_ddp/launch/device.hpp"
+#include "mnist_ddp/launch/identity.hpp"
 #include "mnist_ddp/model/model.hpp"
 #include "mnist_ddp/ops/ops.hpp"
-#include "mnist_ddp/runtime/check.hpp"
-#include "mnist_ddp/runtime/device.hpp"
-#include "mnist_ddp/runtime/identity.hpp"
-#include "mnist_ddp/runtime/trace.hpp"
 
 namespace {
 

@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "diagnostics/cuda/cuda_check.hpp"
 #include "ops/cuda/direct_conv.cuh"
-#include "runtime/cuda/cuda_check.hpp"
 
 namespace {
 
@@ -57,7 +57,7 @@ struct Descs {
   }
 };
 
-// CudaOps' rule (pick_algorithm in cuda_ops.cu): the first successful deterministic candidate.
+// CudaOps' rule (pick_algorithm in cuda_conv.cu): the first successful deterministic candidate.
 template <class Perf>
 int first_deterministic(const Perf* p, int found) {
   for (int i = 0; i < found; ++i)

@@ -13,9 +13,9 @@
 #include <memory>
 #include <vector>
 
-#include "mnist_ddp/model/rng.hpp"
+#include "mnist_ddp/base/rng.hpp"
+#include "mnist_ddp/launch/device.hpp"
 #include "mnist_ddp/ops/ops.hpp"
-#include "mnist_ddp/runtime/device.hpp"
 
 namespace {
 

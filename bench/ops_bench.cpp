@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "mnist_ddp/base/rng.hpp"
 #include "mnist_ddp/model/model.hpp"
-#include "mnist_ddp/model/rng.hpp"
 #include "mnist_ddp/ops/ops.hpp"
 #include "ops/cpu/blocked_ops.hpp"
 #include "ops/cpu/cpu_kernels.hpp"

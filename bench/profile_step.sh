@@ -3,7 +3,7 @@
 # of one training run (the start-up skipped), each rank's samples grouped by the code they fell
 # in, as a share and as ms of the measured step:
 #   convolutions (oneDNN JIT)   oneDNN's generated kernels: the convolutions and the weight reorders
-#   convolutions (ours)         image_conv.cpp / channel_conv.cpp (the AVX2 path's layer1 and
+#   convolutions (ours)         conv1_avx2.cpp / conv2_filter_grad_avx2.cpp (the AVX2 path's layer1 and
 #                               layer2-filter-gradient kernels)
 #   BN->ReLU->pool (ours)       the fused kernels (blocked_*.cpp; its layout copies: "other")
 #   fc (OpenBLAS)               the classifier's SGEMMs

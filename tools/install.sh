@@ -21,7 +21,11 @@ if [[ -z "$prefix" ]]; then
 fi
 [[ "$prefix" == /* ]] || prefix="$PWD/$prefix"
 manifest="$prefix/share/mnist_ddp/MANIFEST"
-version=$(sed -n 's/.*kVersion = "\([^"]*\)".*/\1/p' include/mnist_ddp/app/cli.hpp)
+version=$(sed -n 's/.*kVersion = "\([^"]*\)".*/\1/p' include/mnist_ddp/base/version.hpp)
+if [[ -z "$version" ]]; then
+  echo "install.sh: no kVersion in include/mnist_ddp/base/version.hpp: run it from a checkout" >&2
+  exit 2
+fi
 
 if [[ $mode == uninstall ]]; then
   if [[ ! -f "$manifest" ]]; then

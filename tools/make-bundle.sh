@@ -36,7 +36,7 @@ for b in "${bins[@]}"; do
   [[ -x "$b" ]] || { echo "make-bundle: $b missing (run make bundle)" >&2; exit 1; }
   strip -o "$stage/libexec/$(basename "$b")" "$b"
 done
-# mnist_ddp's GPU backend, a plugin it loads from its own directory (runtime/cuda_backend.hpp).
+# mnist_ddp's GPU backend, a plugin it loads from its own directory (app/cuda_backend.hpp).
 [[ -e "$B/libmnist_ddp_cuda.so" ]] || { echo "make-bundle: $B/libmnist_ddp_cuda.so missing (run make bundle)" >&2; exit 1; }
 strip --strip-unneeded -o "$stage/libexec/libmnist_ddp_cuda.so" "$B/libmnist_ddp_cuda.so"
 # Open MPI as Debian lays it out under /usr, so OPAL_PREFIX=<bundle>/mpi relocates it. Its MCA

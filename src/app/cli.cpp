@@ -16,9 +16,9 @@
 #include <utility>
 #include <vector>
 
-#include "mnist_ddp/runtime/check.hpp"
-#include "mnist_ddp/runtime/signals.hpp"
-#include "mnist_ddp/runtime/trace.hpp"
+#include "mnist_ddp/diagnostics/check.hpp"
+#include "mnist_ddp/diagnostics/trace.hpp"
+#include "mnist_ddp/process/signals.hpp"
 
 namespace mnist_ddp {
 namespace {

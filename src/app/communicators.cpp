@@ -4,8 +4,8 @@
 #include <chrono>
 #include <thread>
 
-#include "mnist_ddp/dist/threaded_comm.hpp"
-#include "mnist_ddp/runtime/check.hpp"
+#include "mnist_ddp/comm/threaded_comm.hpp"
+#include "mnist_ddp/diagnostics/check.hpp"
 
 namespace mnist_ddp {
 namespace {

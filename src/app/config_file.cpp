@@ -18,10 +18,10 @@
 
 #include "mnist_ddp/checkpoint/checkpoint.hpp"
 #include "mnist_ddp/checkpoint/store.hpp"
+#include "mnist_ddp/comm/agree.hpp"
+#include "mnist_ddp/diagnostics/check.hpp"
 #include "mnist_ddp/model/model.hpp"
 #include "mnist_ddp/ops/ops.hpp"
-#include "mnist_ddp/runtime/agree.hpp"
-#include "mnist_ddp/runtime/check.hpp"
 
 namespace mnist_ddp {
 namespace {

@@ -1,5 +1,5 @@
 // cuda_loader.cpp — the CUDA seam in the mnist_ddp binary (USE_CUDA=1): each function forwards to
-// libmnist_ddp_cuda.so (runtime/cuda_backend.hpp), which is loaded on first use, from the binary's
+// libmnist_ddp_cuda.so (app/cuda_backend.hpp), which is loaded on first use, from the binary's
 // own directory (MNIST_DDP_CUDA_BACKEND names another file). A machine without an NVIDIA driver
 // has no GPU, and --device auto or cpu never loads the plugin there: cuDNN, cuBLAS, NCCL and the
 // CUDA runtime stay unmapped. The plugin is never unloaded (CUDA libraries do not survive
@@ -13,9 +13,9 @@
 
 #include <fmt/format.h>
 
-#include "mnist_ddp/runtime/check.hpp"
-#include "mnist_ddp/runtime/cuda_backend.hpp"
-#include "mnist_ddp/runtime/device.hpp"
+#include "mnist_ddp/app/cuda_backend.hpp"
+#include "mnist_ddp/diagnostics/check.hpp"
+#include "mnist_ddp/launch/device.hpp"
 
 namespace mnist_ddp {
 namespace {
@@ -56,6 +56,8 @@ const CudaBackend* loaded() {
     using Entry = const CudaBackend* (*)();
     auto entry = reinterpret_cast<Entry>(dlsym(h, "mnist_ddp_cuda_backend"));
     const CudaBackend* t = entry != nullptr ? entry() : nullptr;
+    // The ABI number is the hash of the seam's list: a plugin built from another list is refused
+    // here, not called.
     if (t == nullptr || t->abi != kCudaBackendAbi || t->size != sizeof(CudaBackend) ||
         t->layout != kCudaBackendLayout) {
       p.foreign = true;
@@ -94,54 +96,34 @@ const CudaBackend& backend() {
 bool cuda_built() {
   return true;
 }
+
+// The forwarding functions of the list's CALL and IF_LOADED entries.
+#define MNIST_DDP_CUDA_SEAM_FORWARD(kind, field, function, ret, params, args, stub) \
+  MNIST_DDP_CUDA_FORWARD_##kind(field, function, ret, params, args)
+#define MNIST_DDP_CUDA_FORWARD_CALL(field, function, ret, params, args) \
+  ret function params {                                                 \
+    return backend().field args;                                        \
+  }
+// Device memory, a context or a graph exist only once the plugin is loaded: before, nothing to do.
+#define MNIST_DDP_CUDA_FORWARD_IF_LOADED(field, function, ret, params, args) \
+  ret function params {                                                      \
+    if (const CudaBackend* t = plugin().table) t->field args;                \
+  }
+#define MNIST_DDP_CUDA_FORWARD_CUSTOM(field, function, ret, params, args)
+MNIST_DDP_CUDA_SEAM(MNIST_DDP_CUDA_SEAM_FORWARD)
+#undef MNIST_DDP_CUDA_SEAM_FORWARD
+#undef MNIST_DDP_CUDA_FORWARD_CALL
+#undef MNIST_DDP_CUDA_FORWARD_IF_LOADED
+#undef MNIST_DDP_CUDA_FORWARD_CUSTOM
+
+// The CUSTOM entries.
 int cuda_device_count() {
   // Without a driver there is no GPU, and the plugin (with the CUDA libraries) is not loaded to
   // be told so.
   return nvidia_driver_installed() ? backend().device_count() : 0;
 }
-void* cuda_alloc(std::size_t bytes) {
-  return backend().alloc(bytes);
-}
-void cuda_free(void* p) {
-  // Device memory exists only once the plugin is loaded: without it there is nothing to free.
-  if (const CudaBackend* t = loaded(); t != nullptr && p != nullptr) t->free(p);
-}
-void use_cuda_device(int index) {
-  backend().use_device(index);
-}
-void release_cuda_device() {
-  // main's teardown: a run that never loaded the plugin created no CUDA context.
-  if (const CudaBackend* t = plugin().table) t->release_device();
-}
-std::string cuda_device_description(int index) {
-  return backend().device_description(index);
-}
-std::vector<std::string> cuda_library_versions() {
-  return backend().library_versions();
-}
-std::unique_ptr<Comm> make_nccl_comm() {
-  return backend().make_nccl_comm();
-}
-std::unique_ptr<Comm> make_nccl_group_comm(int color) {
-  return backend().make_nccl_group_comm(color);
-}
-std::unique_ptr<Comm> make_host_staged_comm() {
-  return backend().make_host_staged_comm();
-}
-std::unique_ptr<Comm> make_host_staged_group_comm(int color) {
-  return backend().make_host_staged_group_comm(color);
-}
-std::unique_ptr<Ops> make_cuda_ops(bool tf32) {
-  return backend().make_cuda_ops(tf32);
-}
-std::unique_ptr<GradScaler> make_grad_scaler(Ops& ops, const LossScaleRule& rule) {
-  return backend().make_grad_scaler(ops, rule);
-}
 StepRun StepGraphs::run(std::int64_t n, const std::function<void()>& body) {
   return backend().step_graphs_run(*this, n, body);
-}
-void destroy_graph_exec(void* exec) {
-  if (const CudaBackend* t = plugin().table) t->destroy_graph_exec(exec);
 }
 
 }  // namespace mnist_ddp

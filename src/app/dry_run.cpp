@@ -7,7 +7,7 @@
 #include <filesystem>
 #include <set>
 
-#include "mnist_ddp/runtime/check.hpp"
+#include "mnist_ddp/diagnostics/check.hpp"
 #include "mnist_ddp/train/trainer.hpp"
 
 namespace mnist_ddp {

@@ -3,15 +3,16 @@
 // run (checked once the device is known). Each rule is a predicate and the one error that names
 // the flags and the fix; the first rule that applies is reported.
 #include "mnist_ddp/app/flag_rules.hpp"
+#include "mnist_ddp/comm/compress.hpp"
 
 #include <fmt/format.h>
 
 #include <cstdint>
 #include <string>
 
-#include "mnist_ddp/runtime/check.hpp"
-#include "mnist_ddp/runtime/signals.hpp"
-#include "mnist_ddp/runtime/trace.hpp"
+#include "mnist_ddp/diagnostics/check.hpp"
+#include "mnist_ddp/diagnostics/trace.hpp"
+#include "mnist_ddp/process/signals.hpp"
 #include "mnist_ddp/train/test_seams.hpp"
 
 namespace mnist_ddp {

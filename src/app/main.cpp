@@ -10,10 +10,10 @@
 #include "mnist_ddp/app/trace_output.hpp"
 #include "mnist_ddp/app/train_and_report.hpp"
 #include "mnist_ddp/checkpoint/dir_lock.hpp"
-#include "mnist_ddp/dist/replicas.hpp"
+#include "mnist_ddp/comm/replicas.hpp"
+#include "mnist_ddp/diagnostics/check.hpp"
 #include "mnist_ddp/model/model.hpp"
-#include "mnist_ddp/runtime/check.hpp"
-#include "mnist_ddp/runtime/signals.hpp"
+#include "mnist_ddp/process/signals.hpp"
 #include "mnist_ddp/train/trainer.hpp"
 
 namespace mnist_ddp {
@@ -47,7 +47,8 @@ int run(int argc, char** argv, int rank, int world, const MpiLocality& locality,
   const std::unique_ptr<StampClock> clock = ops->make_stamp_clock();
   Tracer tracer(*clock, !cfg.trace.empty(),
                 parse_trace_window(cfg.trace_steps).value_or(TraceWindow{}));
-  Trainer trainer(cfg, comms.for_trainer(where.plan), *ops, model, data, *log, &tracer);
+  Trainer trainer(cfg, config_json(cfg), comms.for_trainer(where.plan), *ops, model, data, *log,
+                  &tracer);
   trainer.watch_stragglers(where.ranks);
   const StartState start =
       restore_start_state(comms.control(), cfg, data, *ops, model, trainer, *log);

@@ -11,10 +11,10 @@
 
 #include "mnist_ddp/checkpoint/broadcast.hpp"
 #include "mnist_ddp/checkpoint/store.hpp"
+#include "mnist_ddp/comm/agree.hpp"
+#include "mnist_ddp/diagnostics/check.hpp"
 #include "mnist_ddp/model/model.hpp"
 #include "mnist_ddp/ops/ops.hpp"
-#include "mnist_ddp/runtime/agree.hpp"
-#include "mnist_ddp/runtime/check.hpp"
 #include "mnist_ddp/train/trainer.hpp"
 
 namespace mnist_ddp {

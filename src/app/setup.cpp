@@ -18,18 +18,20 @@
 #include "mnist_ddp/checkpoint/checkpoint.hpp"
 #include "mnist_ddp/checkpoint/dir_lock.hpp"
 #include "mnist_ddp/checkpoint/store.hpp"
-#include "mnist_ddp/dist/reducer.hpp"
+#include "mnist_ddp/comm/agree.hpp"
+#include "mnist_ddp/comm/reducer.hpp"
+#include "mnist_ddp/diagnostics/check.hpp"
 #include "mnist_ddp/model/model.hpp"
 #include "mnist_ddp/ops/ops.hpp"
-#include "mnist_ddp/runtime/agree.hpp"
-#include "mnist_ddp/runtime/check.hpp"
-#include "mnist_ddp/runtime/signals.hpp"
+#include "mnist_ddp/process/signals.hpp"
 #include "mnist_ddp/train/test_seams.hpp"
 
 namespace mnist_ddp {
 
 int prepare_process() {
   H5dont_atexit();
+  // The checkpoint layer's one test seam (MNIST_DDP_TEST_FAIL_CHECKPOINT), injected from here.
+  set_checkpoint_write_hook(&checkpoint_write_seam);
   if (const auto problem = launch_problem_before_mpi(read_launch_env())) {
     std::fprintf(stderr, "mnist_ddp: error: %s\n", problem->c_str());
     return kExitUserError;

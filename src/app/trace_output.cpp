@@ -12,8 +12,8 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
-#include "mnist_ddp/runtime/agree.hpp"
-#include "mnist_ddp/runtime/check.hpp"
+#include "mnist_ddp/comm/agree.hpp"
+#include "mnist_ddp/diagnostics/check.hpp"
 
 namespace mnist_ddp {
 namespace {

@@ -11,9 +11,9 @@
 #include <string>
 
 #include "mnist_ddp/checkpoint/dir_lock.hpp"
-#include "mnist_ddp/runtime/check.hpp"
-#include "mnist_ddp/runtime/requeue.hpp"
-#include "mnist_ddp/runtime/signals.hpp"
+#include "mnist_ddp/diagnostics/check.hpp"
+#include "mnist_ddp/process/requeue.hpp"
+#include "mnist_ddp/process/signals.hpp"
 #include "mnist_ddp/train/trainer.hpp"
 
 namespace mnist_ddp {
@@ -81,7 +81,7 @@ int train_and_report(Comm& control, const Config& cfg, Trainer& trainer, const D
     add_totals(stopped, r.totals);
     log.metrics(stopped);
     std::int64_t requeued = 0;
-    if (requeues_on(r.stop_signal, cfg.requeue, cfg.requeue_signal)) {
+    if (r.stop.requeue) {
       if (control.rank() == 0) {
         // Said first: once Slurm requeues the job it ends these processes (SIGTERM, which as a
         // second stop signal exits at once), possibly before scontrol has even returned.

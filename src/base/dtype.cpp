@@ -1,5 +1,5 @@
 // dtype.cpp — element sizes of the seam types.
-#include "mnist_ddp/model/dtype.hpp"
+#include "mnist_ddp/base/dtype.hpp"
 
 namespace mnist_ddp {
 

@@ -1,6 +1,6 @@
 // half.cpp — IEEE half and bfloat16 conversions (round to nearest even, NaN/Inf preserved, fp16
 // subnormals), one value at a time and (bf16) whole arrays.
-#include "mnist_ddp/model/half.hpp"
+#include "mnist_ddp/base/half.hpp"
 
 #include <cstring>
 #if defined(__clang__) && __clang_major__ < 15

@@ -1,5 +1,5 @@
 // rng.cpp — SplitMix64 and the Fisher–Yates permutation (specified in rng.hpp).
-#include "mnist_ddp/model/rng.hpp"
+#include "mnist_ddp/base/rng.hpp"
 
 #include <cmath>
 #include <numbers>

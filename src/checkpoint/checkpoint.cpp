@@ -15,18 +15,23 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <utility>
 
 #include "file_crc.hpp"
 #include "hdf5_io.hpp"
 #include "mnist_ddp/checkpoint/store.hpp"
-#include "mnist_ddp/runtime/check.hpp"
-#include "mnist_ddp/train/test_seams.hpp"
+#include "mnist_ddp/diagnostics/check.hpp"
 #include "schema.hpp"
 
 namespace mnist_ddp {
 namespace {
 
 namespace fs = std::filesystem;
+
+CheckpointWriteHook& write_hook() {
+  static CheckpointWriteHook hook;  // set once at start (set_checkpoint_write_hook), then read
+  return hook;
+}
 
 // The file: its identity, then every group of the schema in its order, the payload CRC, and last
 // the completeness marker.
@@ -126,6 +131,10 @@ CheckpointLayout checkpoint_layout(const ConvNet& model) {
   return l;
 }
 
+void set_checkpoint_write_hook(CheckpointWriteHook hook) {
+  write_hook() = std::move(hook);
+}
+
 std::string save_checkpoint(const std::string& dir, const TrainingState& s,
                             const CheckpointLayout& layout) {
   const std::string final_path = dir + "/" + checkpoint_name(s.step);
@@ -141,8 +150,8 @@ std::string save_checkpoint(const std::string& dir, const TrainingState& s,
   H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
   try {
     write_file(tmp, s, layout);
-    stamp_file_crc(tmp);         // after HDF5 has closed the file: its final bytes
-    checkpoint_write_seam(tmp);  // test_seams.hpp: an injected full disk
+    stamp_file_crc(tmp);                  // after HDF5 has closed the file: its final bytes
+    if (write_hook()) write_hook()(tmp);  // a test seam: an injected full disk
     fsync_path(tmp, false);
   } catch (const std::exception& e) {  // Hdf5Error (full disk, I/O) or UserError (fsync, seam)
     discard_and_throw(tmp, final_path, dir, e.what());

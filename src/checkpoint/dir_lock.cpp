@@ -16,7 +16,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
-#include "mnist_ddp/runtime/check.hpp"
+#include "mnist_ddp/diagnostics/check.hpp"
 
 namespace mnist_ddp {
 namespace {

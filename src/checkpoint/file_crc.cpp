@@ -12,7 +12,7 @@
 #include <fstream>
 #include <vector>
 
-#include "mnist_ddp/runtime/check.hpp"
+#include "mnist_ddp/diagnostics/check.hpp"
 
 namespace mnist_ddp {
 namespace {

@@ -11,7 +11,7 @@
 
 #include "hdf5_io.hpp"
 #include "mnist_ddp/data/dataset.hpp"
-#include "mnist_ddp/runtime/check.hpp"
+#include "mnist_ddp/diagnostics/check.hpp"
 
 namespace mnist_ddp {
 namespace {

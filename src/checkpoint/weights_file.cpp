@@ -14,7 +14,7 @@
 #include "file_crc.hpp"
 #include "hdf5_io.hpp"
 #include "mnist_ddp/checkpoint/checkpoint.hpp"
-#include "mnist_ddp/runtime/check.hpp"
+#include "mnist_ddp/diagnostics/check.hpp"
 #include "schema.hpp"
 
 namespace mnist_ddp {

@@ -1,5 +1,6 @@
-// agree.cpp — run_agreed: one all-reduce decides whether the job goes on.
-#include "mnist_ddp/runtime/agree.hpp"
+// agree.cpp — what all ranks agree on (agree.hpp): one all-reduce decides whether the job goes
+// on; the stop signal; every rank's placement.
+#include "mnist_ddp/comm/agree.hpp"
 
 #include <fmt/format.h>
 
@@ -8,9 +9,12 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <span>
 #include <string>
+#include <vector>
 
-#include "mnist_ddp/runtime/check.hpp"
+#include "mnist_ddp/diagnostics/check.hpp"
+#include "mnist_ddp/process/signals.hpp"
 
 namespace mnist_ddp {
 
@@ -47,6 +51,26 @@ std::string agree_first_failure(Comm& comm, const std::string& mine) {
   }
   comm.broadcast(std::span<std::uint64_t>(words), static_cast<int>(first));
   return fmt::format("rank {}: {}", first, reinterpret_cast<const char*>(words.data()));
+}
+
+int agree_stop_signal(Comm& comm) {
+  std::int32_t s = static_cast<std::int32_t>(stop_signal_received());
+  // Collective: if any rank was signalled, every rank learns it at the same step boundary.
+  comm.allreduce(std::span<std::int32_t>(&s, 1), ReduceOp::Max);
+  return static_cast<int>(s);
+}
+
+std::vector<RankPlacement> gather_placements(Comm& comm, const RankPlacement& mine) {
+  const std::vector<std::uint64_t> send = encode_placement(mine);
+  std::vector<std::uint64_t> all(kPlacementWords * static_cast<std::size_t>(comm.size()));
+  // Collective: one allgather gives every rank every rank's record (rank 0 prints the table;
+  // every rank reaches the same verdict on the GPU check).
+  comm.allgather(send, all);
+  std::vector<RankPlacement> out;
+  for (int r = 0; r < comm.size(); ++r)
+    out.push_back(decode_placement(std::span<const std::uint64_t>(all).subspan(
+        kPlacementWords * static_cast<std::size_t>(r), kPlacementWords)));
+  return out;
 }
 
 }  // namespace mnist_ddp

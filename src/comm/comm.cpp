@@ -1,5 +1,5 @@
 // comm.cpp — the typed front of Comm (dtype dispatch, byte accounting, averaging).
-#include "mnist_ddp/dist/comm.hpp"
+#include "mnist_ddp/comm/comm.hpp"
 
 #include <fmt/format.h>
 
@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "mnist_ddp/runtime/check.hpp"
-#include "mnist_ddp/runtime/watchdog.hpp"
+#include "mnist_ddp/diagnostics/check.hpp"
+#include "mnist_ddp/process/watchdog.hpp"
 
 namespace mnist_ddp {
 

@@ -1,7 +1,7 @@
 // compress.cpp — the hook names and the host buffers' 16-bit encode/decode.
-#include "mnist_ddp/dist/compress.hpp"
+#include "mnist_ddp/comm/compress.hpp"
 
-#include "mnist_ddp/runtime/check.hpp"
+#include "mnist_ddp/diagnostics/check.hpp"
 
 namespace mnist_ddp {
 

@@ -1,5 +1,5 @@
 // flight_recorder.cpp — the per-communicator rings, the dump file and the dump thread.
-#include "mnist_ddp/dist/flight_recorder.hpp"
+#include "mnist_ddp/comm/flight_recorder.hpp"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -9,8 +9,8 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "mnist_ddp/runtime/check.hpp"
-#include "mnist_ddp/runtime/signals.hpp"
+#include "mnist_ddp/diagnostics/check.hpp"
+#include "mnist_ddp/process/signals.hpp"
 
 namespace mnist_ddp {
 

@@ -1,9 +1,9 @@
 // hooks.cpp — the gradient hooks (plain average, fp16/bf16 casts, PowerSGD) and their table.
-#include "mnist_ddp/dist/hooks.hpp"
+#include "mnist_ddp/comm/hooks.hpp"
 
 #include <array>
 
-#include "mnist_ddp/runtime/check.hpp"
+#include "mnist_ddp/diagnostics/check.hpp"
 
 namespace mnist_ddp {
 namespace {

@@ -5,9 +5,9 @@
 #include <utility>
 #include <vector>
 
-#include "dist/mpi_types.hpp"
-#include "mnist_ddp/dist/comm.hpp"
-#include "mnist_ddp/runtime/check.hpp"
+#include "comm/mpi_types.hpp"
+#include "mnist_ddp/comm/comm.hpp"
+#include "mnist_ddp/diagnostics/check.hpp"
 
 namespace mnist_ddp {
 namespace {

@@ -1,8 +1,8 @@
 // mpi_types.cpp — Comm's types and reductions in MPI's terms; the world split into groups.
-#include "dist/mpi_types.hpp"
+#include "comm/mpi_types.hpp"
 
-#include "mnist_ddp/model/half.hpp"
-#include "mnist_ddp/runtime/check.hpp"
+#include "mnist_ddp/base/half.hpp"
+#include "mnist_ddp/diagnostics/check.hpp"
 
 namespace mnist_ddp {
 namespace {

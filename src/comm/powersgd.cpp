@@ -1,5 +1,5 @@
 // powersgd.cpp — PowerSGD compression (powersgd.hpp).
-#include "mnist_ddp/dist/powersgd.hpp"
+#include "mnist_ddp/comm/powersgd.hpp"
 
 #include <cblas.h>
 #include <fmt/format.h>
@@ -8,8 +8,8 @@
 #include <cmath>
 #include <cstdio>
 
-#include "mnist_ddp/dist/compress.hpp"
-#include "mnist_ddp/runtime/check.hpp"
+#include "mnist_ddp/comm/compress.hpp"
+#include "mnist_ddp/diagnostics/check.hpp"
 
 namespace mnist_ddp {
 namespace {

@@ -1,11 +1,11 @@
 // reducer.cpp — bucketed, overlapped gradient averaging: the schedule (which bucket starts when,
 // what is waited for); the hooks do the reducing.
-#include "mnist_ddp/dist/reducer.hpp"
+#include "mnist_ddp/comm/reducer.hpp"
 
 #include <algorithm>
 #include <chrono>
 
-#include "mnist_ddp/runtime/check.hpp"
+#include "mnist_ddp/diagnostics/check.hpp"
 
 namespace mnist_ddp {
 namespace {

@@ -1,5 +1,5 @@
 // replicas.cpp — broadcasts, gradient averaging and the replica check.
-#include "mnist_ddp/dist/replicas.hpp"
+#include "mnist_ddp/comm/replicas.hpp"
 
 #include <fmt/format.h>
 
@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "mnist_ddp/runtime/check.hpp"
+#include "mnist_ddp/diagnostics/check.hpp"
 
 namespace mnist_ddp {
 namespace {

@@ -1,5 +1,5 @@
 // threaded_comm.cpp — ThreadedComm: non-blocking sums completed by a communication thread.
-#include "mnist_ddp/dist/threaded_comm.hpp"
+#include "mnist_ddp/comm/threaded_comm.hpp"
 
 #include <condition_variable>
 #include <cstdlib>
@@ -9,7 +9,7 @@
 #include <thread>
 #include <vector>
 
-#include "mnist_ddp/runtime/check.hpp"
+#include "mnist_ddp/diagnostics/check.hpp"
 
 namespace mnist_ddp {
 namespace {

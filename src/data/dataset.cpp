@@ -10,7 +10,7 @@
 #include <fstream>
 
 #include "mnist_ddp/data/idx.hpp"
-#include "mnist_ddp/runtime/check.hpp"
+#include "mnist_ddp/diagnostics/check.hpp"
 
 namespace mnist_ddp {
 namespace {

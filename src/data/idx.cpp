@@ -9,7 +9,7 @@
 #include <cstring>
 #include <optional>
 
-#include "mnist_ddp/runtime/check.hpp"
+#include "mnist_ddp/diagnostics/check.hpp"
 
 namespace mnist_ddp {
 namespace {

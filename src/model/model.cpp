@@ -6,8 +6,8 @@
 #include <optional>
 #include <vector>
 
-#include "mnist_ddp/model/rng.hpp"
-#include "mnist_ddp/runtime/check.hpp"
+#include "mnist_ddp/base/rng.hpp"
+#include "mnist_ddp/diagnostics/check.hpp"
 
 namespace mnist_ddp {
 

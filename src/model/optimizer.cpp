@@ -5,7 +5,7 @@
 #include <cmath>
 #include <numbers>
 
-#include "mnist_ddp/runtime/check.hpp"
+#include "mnist_ddp/diagnostics/check.hpp"
 
 namespace mnist_ddp {
 

@@ -6,7 +6,7 @@
 #include <new>
 #include <utility>
 
-#include "mnist_ddp/runtime/check.hpp"
+#include "mnist_ddp/diagnostics/check.hpp"
 
 namespace mnist_ddp {
 

@@ -1,14 +1,10 @@
-// amp.cpp — the host side of mixed precision: mode names and the loss-scale rule (the oracle the
-// GPU scaler is tested against).
-#include "mnist_ddp/model/amp.hpp"
+// grad_scaler.cpp — the host side of the dynamic loss scale: its rule (the oracle the GPU scaler,
+// ops/cuda/grad_scaler.cu, is tested against).
+#include "mnist_ddp/ops/grad_scaler.hpp"
 
 #include <cmath>
 
 namespace mnist_ddp {
-
-const char* amp_mode_name(AmpMode mode) {
-  return name_in(kAmpModeNames, mode);
-}
 
 void update_loss_scale(LossScalerState& s, bool found_inf, const LossScaleRule& rule) {
   if (found_inf) {

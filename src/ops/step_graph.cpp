@@ -4,7 +4,7 @@
 
 #include <utility>
 
-#include "mnist_ddp/runtime/check.hpp"
+#include "mnist_ddp/diagnostics/check.hpp"
 
 namespace mnist_ddp {
 

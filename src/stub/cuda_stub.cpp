@@ -1,61 +1,38 @@
-// cuda_stub.cpp — linked instead of the CUDA sources (src/*/cuda/) in a CPU-only build
-// (USE_CUDA=0): the CUDA seam answers "built without CUDA" instead of the binary failing to link or
-// to start.
+// cuda_stub.cpp — linked instead of the CUDA sources (src/*/cuda/) and the plugin loader in a
+// CPU-only build (USE_CUDA=0): every entry of the CUDA seam's list (app/cuda_backend.hpp) answers
+// "built without CUDA" (its stand-in column) instead of the binary failing to link or to start.
 #include <memory>
 #include <string>
 #include <vector>
 
-#include "mnist_ddp/dist/comm.hpp"
-#include "mnist_ddp/model/amp.hpp"
-#include "mnist_ddp/ops/ops.hpp"
-#include "mnist_ddp/ops/step_graph.hpp"
-#include "mnist_ddp/runtime/check.hpp"
-#include "mnist_ddp/runtime/device.hpp"
+#include "mnist_ddp/app/cuda_backend.hpp"
+#include "mnist_ddp/diagnostics/check.hpp"
+#include "mnist_ddp/launch/device.hpp"
 
 namespace mnist_ddp {
 
 bool cuda_built() {
   return false;
 }
-int cuda_device_count() {
-  return 0;
-}
-void* cuda_alloc(std::size_t) {
-  throw UserError("this mnist_ddp was built without CUDA; device memory is unavailable");
-}
-void cuda_free(void*) {}
-void use_cuda_device(int) {
-  throw UserError("this mnist_ddp was built without CUDA");
-}
-std::string cuda_device_description(int) {
-  return "";
-}
-std::vector<std::string> cuda_library_versions() {
-  return {};
-}
-void release_cuda_device() {}
-std::unique_ptr<Comm> make_host_staged_comm() {
-  throw UserError("--comm mpi with --device cuda: this mnist_ddp was built without CUDA");
-}
-std::unique_ptr<Comm> make_host_staged_group_comm(int) {
-  throw UserError("--comm mpi with --device cuda: this mnist_ddp was built without CUDA");
-}
-std::unique_ptr<Comm> make_nccl_group_comm(int) {
-  throw UserError("--local-sgd-start on a GPU: this mnist_ddp was built without CUDA");
-}
-std::unique_ptr<Comm> make_nccl_comm() {
-  throw UserError("--comm nccl: this mnist_ddp was built without CUDA (make USE_CUDA=1)");
-}
-void destroy_graph_exec(void*) {}
-StepRun StepGraphs::run(std::int64_t, const std::function<void()>&) {
-  throw UserError("--cuda-graphs: this mnist_ddp was built without CUDA");
-}
-std::unique_ptr<GradScaler> make_grad_scaler(Ops&, const LossScaleRule&) {
-  throw UserError("--amp: this mnist_ddp was built without CUDA (mixed precision is GPU-only)");
-}
-std::unique_ptr<Ops> make_cuda_ops(bool) {
-  throw UserError(
-      "this mnist_ddp was built without CUDA (make USE_CUDA=1 to build the GPU backend)");
+
+// The stand-in of every entry of the seam's list (app/cuda_backend.hpp): its last column.
+#define MNIST_DDP_CUDA_SEAM_STUB(kind, field, function, ret, params, args, stub) \
+  MNIST_DDP_CUDA_STUB_##kind(function, ret, params, stub)
+#define MNIST_DDP_CUDA_STUB_CALL(function, ret, params, stub) \
+  ret function params {                                       \
+    stub                                                      \
+  }
+#define MNIST_DDP_CUDA_STUB_IF_LOADED MNIST_DDP_CUDA_STUB_CALL
+#define MNIST_DDP_CUDA_STUB_CUSTOM MNIST_DDP_CUDA_STUB_CALL
+MNIST_DDP_CUDA_SEAM(MNIST_DDP_CUDA_SEAM_STUB)
+#undef MNIST_DDP_CUDA_SEAM_STUB
+#undef MNIST_DDP_CUDA_STUB_CALL
+#undef MNIST_DDP_CUDA_STUB_IF_LOADED
+#undef MNIST_DDP_CUDA_STUB_CUSTOM
+
+// The member function behind run_step_graphs.
+StepRun StepGraphs::run(std::int64_t n, const std::function<void()>& body) {
+  return run_step_graphs(*this, n, body);
 }
 
 }  // namespace mnist_ddp

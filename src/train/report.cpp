@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <nlohmann/json.hpp>
 
-#include "mnist_ddp/dist/compress.hpp"
+#include "mnist_ddp/comm/compress.hpp"
 
 namespace mnist_ddp {
 namespace {

@@ -13,7 +13,7 @@
 #include <filesystem>
 #include <thread>
 
-#include "mnist_ddp/runtime/check.hpp"
+#include "mnist_ddp/diagnostics/check.hpp"
 
 namespace mnist_ddp {
 

@@ -14,12 +14,12 @@
 #include <utility>
 
 #include "mnist_ddp/checkpoint/store.hpp"
+#include "mnist_ddp/comm/agree.hpp"
+#include "mnist_ddp/comm/replicas.hpp"
 #include "mnist_ddp/data/sampler.hpp"
-#include "mnist_ddp/dist/replicas.hpp"
-#include "mnist_ddp/runtime/agree.hpp"
-#include "mnist_ddp/runtime/check.hpp"
-#include "mnist_ddp/runtime/requeue.hpp"
-#include "mnist_ddp/runtime/signals.hpp"
+#include "mnist_ddp/diagnostics/check.hpp"
+#include "mnist_ddp/process/requeue.hpp"
+#include "mnist_ddp/process/signals.hpp"
 #include "mnist_ddp/train/test_seams.hpp"
 
 namespace mnist_ddp {
@@ -54,8 +54,8 @@ std::int64_t step_graph_key(int n, const MicroBatch& mb) {
   return ((static_cast<std::int64_t>(n) << 24) | (static_cast<std::int64_t>(mb.count) << 2)) | kind;
 }
 
-Trainer::Trainer(const Config& cfg, const TrainerComms& comms, Ops& ops, ConvNet& model,
-                 const DataSplit& data, Logger& log, Tracer* tracer)
+Trainer::Trainer(const Config& cfg, std::string stored_config, const TrainerComms& comms, Ops& ops,
+                 ConvNet& model, const DataSplit& data, Logger& log, Tracer* tracer)
     : cfg_(cfg),
       comm_(comms.control),
       data_comm_(comms.data),
@@ -70,6 +70,7 @@ Trainer::Trainer(const Config& cfg, const TrainerComms& comms, Ops& ops, ConvNet
       sgd_(ops, model.params().size(), sgd_params(cfg)),
       layout_(checkpoint_layout(model)),
       run_id_(new_run_id()),
+      stored_config_(std::move(stored_config)),
       debug_slow_(cfg.debug_slow.empty() ? std::nullopt : parse_debug_slow(cfg.debug_slow)) {
   const DistributedSampler probe(data.train.count, comm_.rank(), comm_.size(), cfg.shuffle,
                                  cfg.seed, cfg.drop_last);
@@ -101,6 +102,7 @@ Trainer::Trainer(const Config& cfg, const TrainerComms& comms, Ops& ops, ConvNet
   // compute stream goes on with the earlier layers; host-staged MPI: blocking, through the
   // host). CPU: the data communicator (MPI_Test from backward), or the communication thread.
   bucket_comm_ = &data_comm_;
+  local_sgd_ = LocalSgdSchedule{cfg.local_sgd_start, cfg.local_sgd_period};
   if (plan.thread_engine) {
     MNIST_DDP_CHECK(comms.thread != nullptr && comms.thread->size() == data_comm_.size(),
                     "the communication thread needs its own communicator over the same ranks");
@@ -229,11 +231,10 @@ void Trainer::enqueue_step(int n, const MicroBatch& mb) {
     mark(Phase::Backward);
     return;
   }
-  const bool local = cfg_.local_sgd_start >= 0 && step_ >= cfg_.local_sgd_start;
-  if (cfg_.local_sgd_start >= 0) {
-    // Post-local SGD: gradients averaged over the whole job for the first --local-sgd-start
-    // steps, then only within this node's group (PyTorch's post_localSGD_hook).
-    reducer_->use_comm(local ? *local_comm_ : *bucket_comm_);
+  if (local_sgd_.on()) {
+    // Post-local SGD (local_sgd.hpp): gradients averaged over the whole job, or within this
+    // node's group.
+    reducer_->use_comm(local_sgd_.local_at(step_) ? *local_comm_ : *bucket_comm_);
   }
   // Collectives (inside): each bucket's all-reduce starts as soon as backward has produced its
   // gradients (with --accumulate, once the earlier micro-batches' sum has joined them); finish()
@@ -256,7 +257,7 @@ void Trainer::enqueue_step(int n, const MicroBatch& mb) {
   if (scaler_) unscale_and_agree(*scaler_, data_comm_, model_.grads());
   sgd_.step(model_.params(), model_.grads());  // a no-op where found_inf (set_amp)
   if (scaler_) scaler_->update();
-  if (local && (step_ - cfg_.local_sgd_start) % cfg_.local_sgd_period == 0) {
+  if (local_sgd_.average_after(step_)) {
     // Collective: PeriodicModelAverager — the global parameter average that bounds how far the
     // node groups drift apart (momentum buffers stay local, as in PyTorch). A blocking collective:
     // its time is waiting (Comm), not optimizer compute (the straggler scores).
@@ -410,14 +411,13 @@ int Trainer::after_step(std::int64_t first_step) {
   if (stop != 0) {
     stop_clock();
     report_.stopping(signal_name(stop), step_);
+    stop_ = decide_stop(stop, cfg_.requeue, cfg_.requeue_signal);  // requeue.hpp: the one place
     if (tracer_ != nullptr) {
-      const bool requeue = requeues_on(stop, cfg_.requeue, cfg_.requeue_signal);
-      tracer_->instant(fmt::format("{} {}", requeue ? "requeue on" : "stop on", signal_name(stop)),
-                       SpanArgs{.step = step_});
+      tracer_->instant(
+          fmt::format("{} {}", stop_.requeue ? "requeue on" : "stop on", signal_name(stop)),
+          SpanArgs{.step = step_});
     }
-    // The requeue signal (Slurm: --signal=USR1@120) or SIGTERM (scancel, preemption, the time
-    // limit) mean "this job is about to go": a rolling preemption checkpoint, one per job.
-    checkpoint(signal_name(stop), stop == cfg_.requeue_signal || stop == SIGTERM);
+    checkpoint(signal_name(stop), stop_.preemption);
     return stop;
   }
   const bool checkpoint_due = cfg_.checkpoint_every > 0 && step_ % cfg_.checkpoint_every == 0;
@@ -522,6 +522,7 @@ TrainResult Trainer::run() {
   // End of training (a no-op when the epoch end just wrote this step).
   if (stop == 0) checkpoint("end");
   res.stop_signal = stop;
+  res.stop = stop_;
   res.steps = step_;
   res.train_seconds = clock_.seconds();
   res.images_per_second = images_ / std::max(res.train_seconds, 1e-9);

@@ -9,10 +9,11 @@
 #include <utility>
 #include <vector>
 
+#include "mnist_ddp/base/version.hpp"
 #include "mnist_ddp/checkpoint/store.hpp"
-#include "mnist_ddp/dist/powersgd.hpp"
-#include "mnist_ddp/runtime/agree.hpp"
-#include "mnist_ddp/runtime/check.hpp"
+#include "mnist_ddp/comm/agree.hpp"
+#include "mnist_ddp/comm/powersgd.hpp"
+#include "mnist_ddp/diagnostics/check.hpp"
 #include "mnist_ddp/train/trainer.hpp"
 
 namespace mnist_ddp {
@@ -85,7 +86,7 @@ TrainingState Trainer::state() const {
   s.sample_offset = offset_;
   s.world_size = comm_.size();
   s.seed = cfg_.seed;
-  s.config_json = config_json(cfg_);
+  s.config_json = stored_config_;
   s.program_version = kVersion;
   s.run_id = run_id_;
   // What the model was trained on and exactly how its input was made (the floats gather uses).

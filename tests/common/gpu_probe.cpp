@@ -4,8 +4,8 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "mnist_ddp/runtime/check.hpp"
-#include "mnist_ddp/runtime/device.hpp"
+#include "mnist_ddp/diagnostics/check.hpp"
+#include "mnist_ddp/launch/device.hpp"
 
 namespace mnist_ddp::testing {
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # gpu_backend_test.sh — the GPU backend is a plugin (libmnist_ddp_cuda.so beside the binary,
-# runtime/cuda_backend.hpp): the binary needs no CUDA library; a run on a machine without an
+# app/cuda_backend.hpp): the binary needs no CUDA library; a run on a machine without an
 # NVIDIA driver never loads one (--device auto included); with a driver the plugin loads and
 # answers (here the toolkit's stub libcuda stands in for a driver, and the plugin's own check then
 # reports it as one that cannot run CUDA); a missing plugin is one clear error naming it.
@@ -71,14 +71,14 @@ else
   fi
 fi
 
-# 6. The seam's header rebuilds both sides: a change to runtime/cuda_backend.hpp (kCudaBackendAbi)
+# 6. The seam's header rebuilds both sides: a change to app/cuda_backend.hpp (kCudaBackendAbi)
 #    recompiles the binary's loader as well as the plugin's table. The loader's dependency file was
 #    once left out of make's -include list, so a bundle paired a new plugin with an old binary
 #    that refused it (caught by tools/rehearse-gpu-suite.sh before a GPU call, 2026-11-27).
-if [[ "$BIN" == "$REPO/mnist_ddp" && -e "$REPO/build/src/runtime/cuda_loader.d" ]]; then
-  plan=$(make -C "$REPO" --no-print-directory -n -W include/mnist_ddp/runtime/cuda_backend.hpp mnist_ddp 2>&1)
-  if grep -q -- '-o build/src/runtime/cuda_loader.o' <<<"$plan" &&
-     grep -q -- '-o build/src/runtime/cuda/backend_table.o' <<<"$plan"; then
+if [[ "$BIN" == "$REPO/mnist_ddp" && -e "$REPO/build/src/app/cuda_loader.d" ]]; then
+  plan=$(make -C "$REPO" --no-print-directory -n -W include/mnist_ddp/app/cuda_backend.hpp mnist_ddp 2>&1)
+  if grep -q -- '-o build/src/app/cuda_loader.o' <<<"$plan" &&
+     grep -q -- '-o build/src/app/cuda/backend_table.o' <<<"$plan"; then
     pass "seam_header_rebuilds_loader_and_plugin_table"
   else
     fail "seam_header_rebuilds_loader_and_plugin_table: make -n -W cuda_backend.hpp plans" "$(grep -oE -- '-o [^ ]+' <<<"$plan")"

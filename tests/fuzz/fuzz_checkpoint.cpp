@@ -10,9 +10,9 @@
 
 #include "fuzz_common.hpp"
 #include "mnist_ddp/checkpoint/checkpoint.hpp"
+#include "mnist_ddp/diagnostics/check.hpp"
 #include "mnist_ddp/model/model.hpp"
 #include "mnist_ddp/ops/ops.hpp"
-#include "mnist_ddp/runtime/check.hpp"
 
 namespace {
 

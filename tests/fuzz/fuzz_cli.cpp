@@ -9,8 +9,8 @@
 #include "fuzz_common.hpp"
 #include "mnist_ddp/app/cli.hpp"
 #include "mnist_ddp/app/flag_rules.hpp"
-#include "mnist_ddp/runtime/check.hpp"
-#include "mnist_ddp/runtime/device.hpp"
+#include "mnist_ddp/diagnostics/check.hpp"
+#include "mnist_ddp/launch/device.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   std::vector<std::string> args = {"mnist_ddp"};

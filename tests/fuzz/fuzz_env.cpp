@@ -8,8 +8,8 @@
 #include <string>
 
 #include "fuzz_common.hpp"
-#include "mnist_ddp/runtime/check.hpp"
-#include "mnist_ddp/runtime/identity.hpp"
+#include "mnist_ddp/diagnostics/check.hpp"
+#include "mnist_ddp/launch/identity.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   if (size < 4) return 0;

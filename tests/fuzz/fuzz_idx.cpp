@@ -6,7 +6,7 @@
 
 #include "fuzz_common.hpp"
 #include "mnist_ddp/data/idx.hpp"
-#include "mnist_ddp/runtime/check.hpp"
+#include "mnist_ddp/diagnostics/check.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   if (size < 1) return 0;

@@ -10,14 +10,15 @@
 
 #include "../common/compare.hpp"
 #include "../common/gpu_probe.hpp"
-#include "mnist_ddp/dist/comm.hpp"
-#include "mnist_ddp/dist/replicas.hpp"
-#include "mnist_ddp/model/amp.hpp"
+#include "mnist_ddp/base/amp_mode.hpp"
+#include "mnist_ddp/base/rng.hpp"
+#include "mnist_ddp/comm/comm.hpp"
+#include "mnist_ddp/comm/replicas.hpp"
+#include "mnist_ddp/launch/device.hpp"
 #include "mnist_ddp/model/model.hpp"
-#include "mnist_ddp/model/rng.hpp"
 #include "mnist_ddp/model/tensor.hpp"
+#include "mnist_ddp/ops/grad_scaler.hpp"
 #include "mnist_ddp/ops/ops.hpp"
-#include "mnist_ddp/runtime/device.hpp"
 
 namespace mnist_ddp {
 namespace {

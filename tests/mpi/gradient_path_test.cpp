@@ -10,9 +10,9 @@
 
 #include "mnist_ddp/app/cli.hpp"
 #include "mnist_ddp/app/comm_plan.hpp"
-#include "mnist_ddp/dist/comm.hpp"
-#include "mnist_ddp/runtime/agree.hpp"
-#include "mnist_ddp/runtime/device.hpp"
+#include "mnist_ddp/comm/agree.hpp"
+#include "mnist_ddp/comm/comm.hpp"
+#include "mnist_ddp/launch/device.hpp"
 #include "mnist_ddp/train/trainer.hpp"
 
 namespace mnist_ddp {

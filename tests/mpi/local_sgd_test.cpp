@@ -4,8 +4,8 @@
 
 #include <memory>
 
-#include "mnist_ddp/dist/comm.hpp"
-#include "mnist_ddp/dist/reducer.hpp"
+#include "mnist_ddp/comm/comm.hpp"
+#include "mnist_ddp/comm/reducer.hpp"
 #include "mnist_ddp/model/model.hpp"
 #include "mnist_ddp/ops/ops.hpp"
 

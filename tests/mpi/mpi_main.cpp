@@ -12,8 +12,8 @@
 #include <memory>
 #include <string>
 
-#include "mnist_ddp/runtime/check.hpp"
-#include "mnist_ddp/runtime/identity.hpp"
+#include "mnist_ddp/diagnostics/check.hpp"
+#include "mnist_ddp/launch/identity.hpp"
 #include "world.hpp"
 
 namespace {

@@ -10,14 +10,14 @@
 #include <vector>
 
 #include "../common/gpu_probe.hpp"
-#include "mnist_ddp/dist/comm.hpp"
-#include "mnist_ddp/dist/reducer.hpp"
+#include "diagnostics/cuda/cuda_check.hpp"
+#include "mnist_ddp/comm/agree.hpp"
+#include "mnist_ddp/comm/comm.hpp"
+#include "mnist_ddp/comm/reducer.hpp"
+#include "mnist_ddp/launch/device.hpp"
 #include "mnist_ddp/model/model.hpp"
 #include "mnist_ddp/ops/ops.hpp"
 #include "mnist_ddp/ops/step_graph.hpp"
-#include "mnist_ddp/runtime/agree.hpp"
-#include "mnist_ddp/runtime/device.hpp"
-#include "runtime/cuda/cuda_check.hpp"
 
 namespace mnist_ddp {
 namespace {

@@ -6,10 +6,11 @@
 
 #include <memory>
 
-#include "mnist_ddp/dist/comm.hpp"
-#include "mnist_ddp/runtime/check.hpp"
-#include "mnist_ddp/runtime/identity.hpp"
-#include "mnist_ddp/runtime/placement.hpp"
+#include "mnist_ddp/comm/agree.hpp"
+#include "mnist_ddp/comm/comm.hpp"
+#include "mnist_ddp/diagnostics/check.hpp"
+#include "mnist_ddp/launch/identity.hpp"
+#include "mnist_ddp/launch/placement.hpp"
 
 namespace mnist_ddp {
 namespace {

@@ -8,11 +8,11 @@
 #include <vector>
 
 #include "../common/compare.hpp"
-#include "mnist_ddp/dist/comm.hpp"
-#include "mnist_ddp/dist/powersgd.hpp"
-#include "mnist_ddp/dist/reducer.hpp"
+#include "mnist_ddp/base/rng.hpp"
+#include "mnist_ddp/comm/comm.hpp"
+#include "mnist_ddp/comm/powersgd.hpp"
+#include "mnist_ddp/comm/reducer.hpp"
 #include "mnist_ddp/model/model.hpp"
-#include "mnist_ddp/model/rng.hpp"
 #include "mnist_ddp/ops/ops.hpp"
 
 namespace mnist_ddp {

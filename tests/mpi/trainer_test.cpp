@@ -10,20 +10,21 @@
 #include <vector>
 
 #include "../common/compare.hpp"
+#include "mnist_ddp/app/comm_plan.hpp"
+#include "mnist_ddp/base/rng.hpp"
 #include "mnist_ddp/checkpoint/checkpoint.hpp"
 #include "mnist_ddp/checkpoint/store.hpp"
+#include "mnist_ddp/comm/agree.hpp"
+#include "mnist_ddp/comm/comm.hpp"
+#include "mnist_ddp/comm/compress.hpp"
+#include "mnist_ddp/comm/reducer.hpp"
+#include "mnist_ddp/comm/replicas.hpp"
 #include "mnist_ddp/data/dataset.hpp"
-#include "mnist_ddp/dist/comm.hpp"
-#include "mnist_ddp/dist/compress.hpp"
-#include "mnist_ddp/dist/reducer.hpp"
-#include "mnist_ddp/dist/replicas.hpp"
+#include "mnist_ddp/diagnostics/check.hpp"
+#include "mnist_ddp/diagnostics/log.hpp"
+#include "mnist_ddp/launch/identity.hpp"
 #include "mnist_ddp/model/model.hpp"
-#include "mnist_ddp/model/rng.hpp"
 #include "mnist_ddp/ops/ops.hpp"
-#include "mnist_ddp/runtime/agree.hpp"
-#include "mnist_ddp/runtime/check.hpp"
-#include "mnist_ddp/runtime/identity.hpp"
-#include "mnist_ddp/runtime/log.hpp"
 #include "mnist_ddp/train/trainer.hpp"
 #include "world.hpp"
 
@@ -46,7 +47,7 @@ TEST(Trainer, EvaluationCountsEveryTestImageOnceAndRunTrains) {
   Logger log(world().rank(), temp_log_dir(), false);
   ops->load_dataset(Ops::kTrain, data.train);
   ops->load_dataset(Ops::kTest, data.test);
-  Trainer t(cfg,
+  Trainer t(cfg, config_json(cfg),
             TrainerComms{world(), world(), plan_communication(cfg, Device::Cpu, world().size())},
             *ops, model, data, log);
   const EvalResult e = t.evaluate();

@@ -10,9 +10,9 @@
 #include <thread>
 #include <vector>
 
-#include "mnist_ddp/dist/comm.hpp"
-#include "mnist_ddp/runtime/check.hpp"
-#include "mnist_ddp/runtime/watchdog.hpp"
+#include "mnist_ddp/comm/comm.hpp"
+#include "mnist_ddp/diagnostics/check.hpp"
+#include "mnist_ddp/process/watchdog.hpp"
 
 namespace mnist_ddp {
 namespace {

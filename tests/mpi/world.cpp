@@ -7,7 +7,7 @@
 #include <memory>
 #include <utility>
 
-#include "mnist_ddp/model/rng.hpp"
+#include "mnist_ddp/base/rng.hpp"
 
 namespace mnist_ddp {
 

@@ -6,8 +6,8 @@
 #include <memory>
 #include <string>
 
+#include "mnist_ddp/comm/comm.hpp"
 #include "mnist_ddp/data/dataset.hpp"
-#include "mnist_ddp/dist/comm.hpp"
 
 namespace mnist_ddp {
 

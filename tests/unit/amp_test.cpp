@@ -7,9 +7,10 @@
 #include <cmath>
 #include <string>
 
-#include "mnist_ddp/model/amp.hpp"
+#include "mnist_ddp/base/amp_mode.hpp"
+#include "mnist_ddp/diagnostics/check.hpp"
+#include "mnist_ddp/ops/grad_scaler.hpp"
 #include "mnist_ddp/ops/ops.hpp"
-#include "mnist_ddp/runtime/check.hpp"
 
 namespace mnist_ddp {
 namespace {

@@ -14,7 +14,7 @@
 #include <limits>
 #include <vector>
 
-#include "mnist_ddp/model/half.hpp"
+#include "mnist_ddp/base/half.hpp"
 #include "mnist_ddp/ops/ops.hpp"
 #include "ops/cpu/blocked_ops.hpp"
 #include "ops/cpu/cpu_kernels.hpp"

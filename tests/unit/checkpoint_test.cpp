@@ -18,13 +18,13 @@
 #include <vector>
 
 #include "mnist_ddp/app/resume.hpp"
+#include "mnist_ddp/base/rng.hpp"
 #include "mnist_ddp/checkpoint/checkpoint.hpp"
 #include "mnist_ddp/checkpoint/store.hpp"
+#include "mnist_ddp/diagnostics/check.hpp"
+#include "mnist_ddp/diagnostics/log.hpp"
 #include "mnist_ddp/model/model.hpp"
-#include "mnist_ddp/model/rng.hpp"
 #include "mnist_ddp/ops/ops.hpp"
-#include "mnist_ddp/runtime/check.hpp"
-#include "mnist_ddp/runtime/log.hpp"
 #include "test_util.hpp"
 
 namespace mnist_ddp {

@@ -16,15 +16,15 @@
 
 #include "mnist_ddp/app/cli.hpp"
 #include "mnist_ddp/app/flag_rules.hpp"
-#include "mnist_ddp/dist/compress.hpp"
-#include "mnist_ddp/dist/reducer.hpp"
-#include "mnist_ddp/model/amp.hpp"
-#include "mnist_ddp/model/dtype.hpp"
+#include "mnist_ddp/base/amp_mode.hpp"
+#include "mnist_ddp/base/dtype.hpp"
+#include "mnist_ddp/comm/compress.hpp"
+#include "mnist_ddp/comm/reducer.hpp"
+#include "mnist_ddp/diagnostics/check.hpp"
+#include "mnist_ddp/diagnostics/trace.hpp"
+#include "mnist_ddp/launch/device.hpp"
 #include "mnist_ddp/model/optimizer.hpp"
 #include "mnist_ddp/ops/ops.hpp"
-#include "mnist_ddp/runtime/check.hpp"
-#include "mnist_ddp/runtime/device.hpp"
-#include "mnist_ddp/runtime/trace.hpp"
 #include "test_util.hpp"
 
 namespace mnist_ddp {

@@ -9,6 +9,7 @@
 
 #include "mnist_ddp/app/cli.hpp"
 #include "mnist_ddp/app/comm_plan.hpp"
+#include "mnist_ddp/comm/local_sgd.hpp"
 #include "test_util.hpp"
 
 namespace mnist_ddp {
@@ -112,6 +113,31 @@ TEST(CommPlan, EveryReasonGraphsAreOffIsNamed) {
   EXPECT_FALSE(off.graphs);
   EXPECT_EQ(off.why_no_graphs, "");
   EXPECT_EQ(off.gradients, GradientComm::Nccl);
+}
+
+}  // namespace
+}  // namespace mnist_ddp
+
+namespace mnist_ddp {
+namespace {
+
+// Post-local SGD's schedule: global gradient averages before --local-sgd-start, node-local from
+// it on, and a global parameter average after every --local-sgd-period-th step from it on.
+TEST(LocalSgdSchedule, GlobalThenLocalWithPeriodicAverages) {
+  const LocalSgdSchedule off;
+  EXPECT_FALSE(off.on());
+  EXPECT_FALSE(off.local_at(0));
+  EXPECT_FALSE(off.average_after(100));
+  const LocalSgdSchedule s{10, 4};
+  EXPECT_TRUE(s.on());
+  EXPECT_FALSE(s.local_at(9));
+  EXPECT_TRUE(s.local_at(10));
+  std::vector<std::int64_t> averaged;
+  for (std::int64_t step = 0; step < 24; ++step)
+    if (s.average_after(step)) averaged.push_back(step);
+  EXPECT_EQ(averaged, (std::vector<std::int64_t>{10, 14, 18, 22}));
+  const LocalSgdSchedule from0{0, 1};  // every step local, averaged every step
+  EXPECT_TRUE(from0.local_at(0) && from0.average_after(0) && from0.average_after(7));
 }
 
 }  // namespace

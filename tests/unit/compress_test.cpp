@@ -5,8 +5,8 @@
 #include <cmath>
 #include <limits>
 
-#include "mnist_ddp/dist/compress.hpp"
-#include "mnist_ddp/model/rng.hpp"
+#include "mnist_ddp/base/rng.hpp"
+#include "mnist_ddp/comm/compress.hpp"
 
 namespace mnist_ddp {
 namespace {

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "mnist_ddp/app/cli.hpp"
-#include "mnist_ddp/runtime/check.hpp"
+#include "mnist_ddp/diagnostics/check.hpp"
 #include "test_util.hpp"
 
 namespace mnist_ddp {

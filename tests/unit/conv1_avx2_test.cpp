@@ -1,4 +1,4 @@
-// image_conv_test.cpp — layer1's own convolution kernels (AVX2 intrinsics on the blocked output
+// conv1_avx2_test.cpp — layer1's own convolution kernels (AVX2 intrinsics on the blocked output
 // and output gradient): forward and filter/bias gradient against the reference backend's im2col
 // ones computed in double, at both channel blocks, filter widths 1-7, several paddings, odd image
 // sizes and an odd number of lane groups; the refusals; and where the oneDNN backend runs them.
@@ -11,8 +11,8 @@
 
 #include "mnist_ddp/ops/ops.hpp"
 #include "ops/cpu/blocked_ops.hpp"
+#include "ops/cpu/conv1_avx2.hpp"
 #include "ops/cpu/cpu_kernels.hpp"
-#include "ops/cpu/image_conv.hpp"
 
 #include "test_util.hpp"
 
@@ -136,7 +136,7 @@ TEST(ImageConv, RefusesWhatItCannotCompute) {
 
 // The backend's choice: ours at block 8 (oneDNN's filter gradient for the image would copy the
 // output gradient out of the blocked layout there, and its AVX2 forward is slower; layer2's
-// filter gradient is channel_conv.cpp's, see channel_conv_test.cpp); oneDNN's
+// filter gradient is conv2_filter_grad_avx2.cpp's, see conv2_filter_grad_avx2_test.cpp); oneDNN's
 // AVX-512 kernels at block 16. The start-up line names ours where they run.
 TEST(ImageConv, TheBackendNamesItWhereItRuns) {
   // At one thread per rank (the default of a run), where layer2's filter gradient is ours too.

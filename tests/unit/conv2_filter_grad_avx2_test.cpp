@@ -1,6 +1,6 @@
-// channel_conv_test.cpp — the filter and bias gradient of a convolution on nChw8c input (layer2's
-// on the AVX2 path, AVX2 intrinsics): against the reference backend's im2col one computed in
-// double, at layer2's geometry and at filter widths 1-7, paddings 0 to past the filter, images
+// conv2_filter_grad_avx2_test.cpp — the filter and bias gradient of a convolution on nChw8c input
+// (layer2's on the AVX2 path, AVX2 intrinsics): against the reference backend's im2col one computed
+// in double, at layer2's geometry and at filter widths 1-7, paddings 0 to past the filter, images
 // narrower than the filter's reach and an odd number of output lane groups; nothing written past
 // dw and db; the refusals; and that the oneDNN backend runs it on one thread per rank only.
 #include <gtest/gtest.h>
@@ -13,7 +13,7 @@
 
 #include "mnist_ddp/ops/ops.hpp"
 #include "ops/cpu/blocked_ops.hpp"
-#include "ops/cpu/channel_conv.hpp"
+#include "ops/cpu/conv2_filter_grad_avx2.hpp"
 #include "ops/cpu/cpu_kernels.hpp"
 
 #include "test_util.hpp"

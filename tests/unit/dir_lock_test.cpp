@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "mnist_ddp/checkpoint/dir_lock.hpp"
-#include "mnist_ddp/runtime/check.hpp"
+#include "mnist_ddp/diagnostics/check.hpp"
 
 namespace mnist_ddp {
 namespace {

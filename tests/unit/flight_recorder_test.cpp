@@ -1,8 +1,8 @@
 // flight_recorder_test.cpp — the rings keep the last N collectives in order with their state; a
 // dump is one parseable file written whole; the dump signal writes one and the process goes on.
-#include "mnist_ddp/dist/flight_recorder.hpp"
+#include "mnist_ddp/comm/flight_recorder.hpp"
 
-#include "mnist_ddp/runtime/check.hpp"
+#include "mnist_ddp/diagnostics/check.hpp"
 
 #include <gtest/gtest.h>
 #include <unistd.h>

@@ -16,15 +16,16 @@
 
 #include "../common/compare.hpp"
 #include "../common/gpu_probe.hpp"
+#include "mnist_ddp/base/amp_mode.hpp"
+#include "mnist_ddp/base/rng.hpp"
 #include "mnist_ddp/checkpoint/checkpoint.hpp"
-#include "mnist_ddp/model/amp.hpp"
+#include "mnist_ddp/diagnostics/check.hpp"
+#include "mnist_ddp/launch/device.hpp"
 #include "mnist_ddp/model/model.hpp"
 #include "mnist_ddp/model/optimizer.hpp"
-#include "mnist_ddp/model/rng.hpp"
 #include "mnist_ddp/model/tensor.hpp"
+#include "mnist_ddp/ops/grad_scaler.hpp"
 #include "mnist_ddp/ops/ops.hpp"
-#include "mnist_ddp/runtime/check.hpp"
-#include "mnist_ddp/runtime/device.hpp"
 #include "ops/cpu/cpu_kernels.hpp"
 
 namespace mnist_ddp {

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "../common/compare.hpp"
-#include "mnist_ddp/model/rng.hpp"
+#include "mnist_ddp/base/rng.hpp"
 #include "ops/cpu/cpu_kernels.hpp"
 
 namespace mnist_ddp::cpu {

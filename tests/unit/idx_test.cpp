@@ -11,7 +11,7 @@
 
 #include "mnist_ddp/data/dataset.hpp"
 #include "mnist_ddp/data/idx.hpp"
-#include "mnist_ddp/runtime/check.hpp"
+#include "mnist_ddp/diagnostics/check.hpp"
 #include "test_util.hpp"
 
 namespace mnist_ddp {

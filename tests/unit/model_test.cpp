@@ -13,9 +13,9 @@
 #include <vector>
 
 #include "../common/compare.hpp"
-#include "mnist_ddp/dist/reducer.hpp"
+#include "mnist_ddp/base/rng.hpp"
+#include "mnist_ddp/comm/reducer.hpp"
 #include "mnist_ddp/model/model.hpp"
-#include "mnist_ddp/model/rng.hpp"
 #include "mnist_ddp/ops/ops.hpp"
 
 #include "test_util.hpp"

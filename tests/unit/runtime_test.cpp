@@ -2,13 +2,16 @@
 // environments for mpirun, srun with and without PMIx, and no launcher.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <csignal>
+#include <string>
 
-#include "mnist_ddp/runtime/check.hpp"
-#include "mnist_ddp/runtime/device.hpp"
-#include "mnist_ddp/runtime/identity.hpp"
-#include "mnist_ddp/runtime/placement.hpp"
-#include "mnist_ddp/runtime/requeue.hpp"
+#include "mnist_ddp/app/cuda_backend.hpp"
+#include "mnist_ddp/diagnostics/check.hpp"
+#include "mnist_ddp/launch/device.hpp"
+#include "mnist_ddp/launch/identity.hpp"
+#include "mnist_ddp/launch/placement.hpp"
+#include "mnist_ddp/process/requeue.hpp"
 
 namespace mnist_ddp {
 namespace {
@@ -208,13 +211,40 @@ TEST(Runtime, SrunWithoutBootstrapIsCaughtBeforeMpiInit) {
 // Only the requeue signal requeues (with --requeue): SIGTERM is scancel's, and a requeue then
 // would turn the user's cancel into a restart; a user who names TERM as the requeue signal gets it.
 TEST(Requeue, OnlyTheRequeueSignalRequeues) {
-  EXPECT_TRUE(requeues_on(SIGUSR1, true, SIGUSR1));
-  EXPECT_FALSE(requeues_on(SIGTERM, true, SIGUSR1));
-  EXPECT_FALSE(requeues_on(SIGINT, true, SIGUSR1));
-  EXPECT_FALSE(requeues_on(SIGUSR1, false, SIGUSR1));
-  EXPECT_FALSE(requeues_on(0, true, SIGUSR1));
-  EXPECT_TRUE(requeues_on(SIGTERM, true, SIGTERM));
-  EXPECT_TRUE(requeues_on(SIGUSR2, true, SIGUSR2));
+  EXPECT_TRUE(decide_stop(SIGUSR1, true, SIGUSR1).requeue);
+  EXPECT_FALSE(decide_stop(SIGTERM, true, SIGUSR1).requeue);
+  EXPECT_FALSE(decide_stop(SIGINT, true, SIGUSR1).requeue);
+  EXPECT_FALSE(decide_stop(SIGUSR1, false, SIGUSR1).requeue);
+  EXPECT_FALSE(decide_stop(0, true, SIGUSR1).requeue);
+  EXPECT_TRUE(decide_stop(SIGTERM, true, SIGTERM).requeue);
+  EXPECT_TRUE(decide_stop(SIGUSR2, true, SIGUSR2).requeue);
+  // The rolling preemption checkpoint: the requeue signal or SIGTERM, requeue or not; not SIGINT.
+  EXPECT_TRUE(decide_stop(SIGUSR1, false, SIGUSR1).preemption);
+  EXPECT_TRUE(decide_stop(SIGTERM, false, SIGUSR1).preemption);
+  EXPECT_FALSE(decide_stop(SIGINT, true, SIGUSR1).preemption);
+  EXPECT_FALSE(decide_stop(0, true, SIGUSR1).preemption);
+}
+
+}  // namespace
+}  // namespace mnist_ddp
+
+namespace mnist_ddp {
+namespace {
+
+// The CUDA seam is one list (app/cuda_backend.hpp): the plugin's table has exactly one pointer
+// per entry of it, and the ABI number both sides compare is that list's hash, so an entry added
+// to the list changes the number a stale plugin carries.
+TEST(CudaSeam, TheTableAndTheAbiComeFromTheOneList) {
+  const std::string text = kCudaSeamText;
+  const auto entries = static_cast<std::size_t>(std::count(text.begin(), text.end(), ';'));
+  EXPECT_EQ(entries, 15u) << text;
+  EXPECT_EQ(sizeof(CudaBackend),
+            sizeof(std::uint64_t) + 2 * sizeof(std::size_t) + entries * sizeof(void (*)()));
+  for (const char* entry : {"make_cuda_ops", "make_nccl_comm", "run_step_graphs", "cuda_alloc"})
+    EXPECT_NE(text.find(entry), std::string::npos) << entry;
+  EXPECT_EQ(kCudaBackendAbi, cuda_seam_hash(kCudaSeamText) ^ kCudaBackendRevision);
+  const std::string one_more = text + "CALL extra extra int ();";
+  EXPECT_NE(cuda_seam_hash(one_more.c_str()), cuda_seam_hash(kCudaSeamText));
 }
 
 }  // namespace

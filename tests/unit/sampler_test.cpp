@@ -8,8 +8,8 @@
 #include <set>
 #include <tuple>
 
+#include "mnist_ddp/base/rng.hpp"
 #include "mnist_ddp/data/sampler.hpp"
-#include "mnist_ddp/model/rng.hpp"
 
 namespace mnist_ddp {
 namespace {

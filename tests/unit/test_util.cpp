@@ -4,9 +4,9 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
-#include "mnist_ddp/model/rng.hpp"
+#include "mnist_ddp/base/rng.hpp"
+#include "mnist_ddp/diagnostics/check.hpp"
 #include "mnist_ddp/ops/ops.hpp"
-#include "mnist_ddp/runtime/check.hpp"
 
 namespace mnist_ddp::testing {
 

@@ -12,10 +12,10 @@
 
 #include "mnist_ddp/app/cli.hpp"
 #include "mnist_ddp/app/comm_plan.hpp"
-#include "mnist_ddp/dist/comm.hpp"
-#include "mnist_ddp/dist/flight_recorder.hpp"
-#include "mnist_ddp/runtime/device.hpp"
-#include "mnist_ddp/runtime/watchdog.hpp"
+#include "mnist_ddp/comm/comm.hpp"
+#include "mnist_ddp/comm/flight_recorder.hpp"
+#include "mnist_ddp/launch/device.hpp"
+#include "mnist_ddp/process/watchdog.hpp"
 #include "mnist_ddp/train/trainer.hpp"
 
 namespace mnist_ddp {

@@ -5,7 +5,7 @@
 #include <string>
 
 #include "mnist_ddp/app/cli.hpp"
-#include "mnist_ddp/dist/comm.hpp"
+#include "mnist_ddp/comm/comm.hpp"
 
 namespace mnist_ddp {
 

@@ -1,6 +1,6 @@
 // cuda_backend.hpp — the CUDA backend as a plugin: the table of entry points that
 // libmnist_ddp_cuda.so (src/*/cuda/, built with the CUDA libraries) hands the mnist_ddp binary,
-// which loads it (dlopen, src/runtime/cuda_loader.cpp) only when a run asks a GPU something. A
+// which loads it (dlopen, src/app/cuda_loader.cpp) only when a run asks a GPU something. A
 // CPU run never maps cuDNN, cuBLAS, NCCL or the CUDA runtime: it starts without them installed,
 // and ~0.45 s of CPU sooner per rank (their static constructors and relocations). The test and
 // benchmark binaries link the backend's objects directly and do not use this table.
@@ -13,16 +13,80 @@
 #include <string>
 #include <vector>
 
-#include "mnist_ddp/dist/comm.hpp"
-#include "mnist_ddp/model/amp.hpp"
+#include "mnist_ddp/comm/comm.hpp"
+#include "mnist_ddp/ops/grad_scaler.hpp"
 #include "mnist_ddp/ops/ops.hpp"
 #include "mnist_ddp/ops/step_graph.hpp"
 
 namespace mnist_ddp {
 
-// Raised when the table's layout or a seam class's virtual functions change (2:
-// Ops::conv2d_backward): a plugin from another build is refused, not called.
-inline constexpr int kCudaBackendAbi = 2;
+// The CUDA seam, written once: every function the binary asks the plugin for. From this list come
+// the table below, the plugin's table (app/cuda/backend_table.cu), the binary's forwarding
+// functions (app/cuda_loader.cpp), the CPU-only stand-ins (stub/cuda_stub.cpp) and the ABI
+// number, so an entry point cannot be added to some of them and not the others, and a plugin
+// built from another list is refused. Each function keeps its declaration (and contract) in its
+// concern's header: launch/device.hpp, comm/comm.hpp, ops/ops.hpp, ops/step_graph.hpp,
+// ops/grad_scaler.hpp; when one of them and this list disagree, the plugin's table does not
+// compile (a function's address does not convert to its field) and the binary does not link.
+//
+// X(kind, field, function, return type, (parameters), (arguments), stand-in body):
+//   CALL      the binary's function loads the plugin and calls it;
+//   IF_LOADED a no-op until the plugin is loaded (teardown and freeing: a run that never loaded
+//             it has nothing to release);
+//   CUSTOM    the binary's function is written out in cuda_loader.cpp (it decides before loading,
+//             or it stands behind a member function: StepGraphs::run, written out beside it in
+//             cuda_loader.cpp and cuda_stub.cpp); its stand-in is generated like the others'.
+#define MNIST_DDP_CUDA_SEAM(X)                                                                     \
+  X(CUSTOM, device_count, cuda_device_count, int, (), (), return 0;)                               \
+  X(CALL, alloc, cuda_alloc, void*, (std::size_t bytes), (bytes),                                  \
+    throw UserError("this mnist_ddp was built without CUDA; device memory is unavailable");)       \
+  X(IF_LOADED, free, cuda_free, void, (void* p), (p), (void)p;)                                    \
+  X(CALL, use_device, use_cuda_device, void, (int index), (index), (void)index;                    \
+    throw UserError("this mnist_ddp was built without CUDA");)                                     \
+  X(IF_LOADED, release_device, release_cuda_device, void, (), (), )                                \
+  X(CALL, device_description, cuda_device_description, std::string, (int index), (index),          \
+    (void)index;                                                                                   \
+    return "";)                                                                                    \
+  X(CALL, library_versions, cuda_library_versions, std::vector<std::string>, (), (), return {};)   \
+  X(CALL, make_nccl_comm, make_nccl_comm, std::unique_ptr<Comm>, (), (),                           \
+    throw UserError("--comm nccl: this mnist_ddp was built without CUDA (make USE_CUDA=1)");)      \
+  X(CALL, make_nccl_group_comm, make_nccl_group_comm, std::unique_ptr<Comm>, (int color), (color), \
+    (void)color;                                                                                   \
+    throw UserError("--local-sgd-start on a GPU: this mnist_ddp was built without CUDA");)         \
+  X(CALL, make_host_staged_comm, make_host_staged_comm, std::unique_ptr<Comm>, (), (),             \
+    throw UserError("--comm mpi with --device cuda: this mnist_ddp was built without CUDA");)      \
+  X(CALL, make_host_staged_group_comm, make_host_staged_group_comm, std::unique_ptr<Comm>,         \
+    (int color), (color), (void)color;                                                             \
+    throw UserError("--comm mpi with --device cuda: this mnist_ddp was built without CUDA");)      \
+  X(CALL, make_cuda_ops, make_cuda_ops, std::unique_ptr<Ops>, (bool tf32), (tf32), (void)tf32;     \
+    throw UserError(                                                                               \
+        "this mnist_ddp was built without CUDA (make USE_CUDA=1 to build the GPU backend)");)      \
+  X(CALL, make_grad_scaler, make_grad_scaler, std::unique_ptr<GradScaler>,                         \
+    (Ops & ops, const LossScaleRule& rule), (ops, rule), (void)ops;                                \
+    (void)rule; throw UserError(                                                                   \
+        "--amp: this mnist_ddp was built without CUDA (mixed precision is GPU-only)");)            \
+  X(CUSTOM, step_graphs_run, run_step_graphs, StepRun,                                             \
+    (StepGraphs & graphs, std::int64_t n, const std::function<void()>& body), (graphs, n, body),   \
+    throw UserError("--cuda-graphs: this mnist_ddp was built without CUDA");)                      \
+  X(IF_LOADED, destroy_graph_exec, destroy_graph_exec, void, (void* exec), (exec), (void)exec;)
+
+// A change to the seam's classes that the list cannot see (a virtual function of Ops, Comm,
+// StepGraphs or GradScaler) bumps this by hand (2: Ops::conv2d_backward).
+inline constexpr int kCudaBackendRevision = 2;
+
+// The list as text (kinds, names and signatures), and its FNV-1a hash folded with the revision:
+// the ABI number both sides compile in. Adding, removing or retyping an entry point changes it.
+#define MNIST_DDP_CUDA_SEAM_TEXT(kind, field, function, ret, params, args, stub) \
+#kind " " #field " " #function " " #ret " " #params ";"
+inline constexpr const char kCudaSeamText[] = MNIST_DDP_CUDA_SEAM(MNIST_DDP_CUDA_SEAM_TEXT);
+#undef MNIST_DDP_CUDA_SEAM_TEXT
+constexpr std::uint64_t cuda_seam_hash(const char* s) {
+  std::uint64_t h = 14695981039346656037ull;  // FNV-1a, 64 bits
+  for (; *s != '\0'; ++s) h = (h ^ static_cast<unsigned char>(*s)) * 1099511628211ull;
+  return h;
+}
+inline constexpr std::uint64_t kCudaBackendAbi =
+    cuda_seam_hash(kCudaSeamText) ^ static_cast<std::uint64_t>(kCudaBackendRevision);
 
 // The sizes of the types that cross between the binary and the plugin, folded into one number
 // that each side compiles from its own headers: a plugin built from other headers is refused
@@ -33,27 +97,19 @@ inline constexpr std::size_t kCudaBackendLayout =
          131 +
      sizeof(Ops));
 
-// One pointer per function of the CUDA seam (runtime/device.hpp, dist/comm.hpp, ops/ops.hpp,
-// ops/step_graph.hpp, model/amp.hpp), each with that function's contract.
+// The binary's StepGraphs::run calls this through the table (a free function: the list holds no
+// member functions). Defined in the plugin (app/cuda/backend_table.cu).
+StepRun run_step_graphs(StepGraphs& graphs, std::int64_t n, const std::function<void()>& body);
+
+// One pointer per entry of MNIST_DDP_CUDA_SEAM.
 struct CudaBackend {
-  int abi;
+  std::uint64_t abi;   // kCudaBackendAbi in the plugin's build
   std::size_t size;    // sizeof(CudaBackend) in the plugin's build
   std::size_t layout;  // kCudaBackendLayout in the plugin's build
-  int (*device_count)();
-  void* (*alloc)(std::size_t bytes);
-  void (*free)(void* p);
-  void (*use_device)(int index);
-  void (*release_device)();
-  std::string (*device_description)(int index);
-  std::vector<std::string> (*library_versions)();
-  std::unique_ptr<Comm> (*make_nccl_comm)();
-  std::unique_ptr<Comm> (*make_nccl_group_comm)(int color);
-  std::unique_ptr<Comm> (*make_host_staged_comm)();
-  std::unique_ptr<Comm> (*make_host_staged_group_comm)(int color);
-  std::unique_ptr<Ops> (*make_cuda_ops)(bool tf32);
-  std::unique_ptr<GradScaler> (*make_grad_scaler)(Ops& ops, const LossScaleRule& rule);
-  StepRun (*step_graphs_run)(StepGraphs& graphs, std::int64_t n, const std::function<void()>& body);
-  void (*destroy_graph_exec)(void* exec);
+#define MNIST_DDP_CUDA_SEAM_FIELD(kind, field, function, ret, params, args, stub) \
+  ret(*field) params;
+  MNIST_DDP_CUDA_SEAM(MNIST_DDP_CUDA_SEAM_FIELD)
+#undef MNIST_DDP_CUDA_SEAM_FIELD
 };
 
 }  // namespace mnist_ddp

@@ -11,8 +11,8 @@
 #include "mnist_ddp/app/comm_plan.hpp"
 #include "mnist_ddp/app/setup.hpp"
 #include "mnist_ddp/data/dataset.hpp"
-#include "mnist_ddp/runtime/identity.hpp"
-#include "mnist_ddp/runtime/log.hpp"
+#include "mnist_ddp/diagnostics/log.hpp"
+#include "mnist_ddp/launch/identity.hpp"
 
 namespace mnist_ddp {
 

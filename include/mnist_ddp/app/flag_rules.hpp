@@ -3,7 +3,7 @@
 #pragma once
 
 #include "mnist_ddp/app/cli.hpp"
-#include "mnist_ddp/runtime/device.hpp"
+#include "mnist_ddp/launch/device.hpp"
 
 namespace mnist_ddp {
 

@@ -11,12 +11,12 @@
 
 #include "mnist_ddp/app/cli.hpp"
 #include "mnist_ddp/app/comm_plan.hpp"
+#include "mnist_ddp/comm/comm.hpp"
 #include "mnist_ddp/data/dataset.hpp"
-#include "mnist_ddp/dist/comm.hpp"
-#include "mnist_ddp/runtime/device.hpp"
-#include "mnist_ddp/runtime/identity.hpp"
-#include "mnist_ddp/runtime/log.hpp"
-#include "mnist_ddp/runtime/placement.hpp"
+#include "mnist_ddp/diagnostics/log.hpp"
+#include "mnist_ddp/launch/device.hpp"
+#include "mnist_ddp/launch/identity.hpp"
+#include "mnist_ddp/launch/placement.hpp"
 
 namespace mnist_ddp {
 

@@ -8,9 +8,9 @@
 #include <vector>
 
 #include "mnist_ddp/app/cli.hpp"
-#include "mnist_ddp/dist/comm.hpp"
-#include "mnist_ddp/runtime/placement.hpp"
-#include "mnist_ddp/runtime/trace.hpp"
+#include "mnist_ddp/comm/comm.hpp"
+#include "mnist_ddp/diagnostics/trace.hpp"
+#include "mnist_ddp/launch/placement.hpp"
 
 namespace mnist_ddp {
 

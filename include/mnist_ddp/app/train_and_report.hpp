@@ -7,9 +7,9 @@
 
 #include "mnist_ddp/app/cli.hpp"
 #include "mnist_ddp/app/trace_output.hpp"
+#include "mnist_ddp/comm/comm.hpp"
 #include "mnist_ddp/data/dataset.hpp"
-#include "mnist_ddp/dist/comm.hpp"
-#include "mnist_ddp/runtime/log.hpp"
+#include "mnist_ddp/diagnostics/log.hpp"
 
 namespace mnist_ddp {
 

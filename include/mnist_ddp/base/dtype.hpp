@@ -5,7 +5,7 @@
 
 #include <cstddef>
 
-#include "mnist_ddp/runtime/enum_names.hpp"
+#include "mnist_ddp/base/enum_names.hpp"
 
 namespace mnist_ddp {
 

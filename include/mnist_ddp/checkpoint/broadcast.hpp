@@ -5,7 +5,7 @@
 #include <optional>
 
 #include "mnist_ddp/checkpoint/checkpoint.hpp"
-#include "mnist_ddp/dist/comm.hpp"
+#include "mnist_ddp/comm/comm.hpp"
 
 namespace mnist_ddp {
 

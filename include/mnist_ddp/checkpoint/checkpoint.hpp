@@ -29,6 +29,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -117,6 +118,12 @@ CheckpointLayout checkpoint_layout(const ConvNet& model);
 // The first model or optimizer tensor of the state holding a non-finite value, as
 // "/model/fc.weight (12 of 15680 values non-finite)", or "" when every value is finite.
 std::string first_non_finite(const TrainingState& state, const CheckpointLayout& layout);
+
+// A function save_checkpoint calls with the temporary's path once its bytes are written, before
+// the fsync and rename: the test seam of a full disk (train/test_seams.hpp) is injected here by
+// the app layer, so this layer never calls up into the trainer's. Throwing discards the write.
+using CheckpointWriteHook = std::function<void(const std::string& tmp)>;
+void set_checkpoint_write_hook(CheckpointWriteHook hook);
 
 // Writes dir/ckpt-<step>.h5 atomically and returns its path. A state holding a non-finite value
 // is never written: UserError (exit code kExitTrainingDiverged) naming the tensor, nothing on

@@ -1,12 +1,15 @@
-// agree.hpp — collective agreement on user errors: a phase that can fail on some ranks (bad flag,
-// unreadable file on one node) is followed by one small all-reduce, so every rank learns that the
-// job must stop, exactly one rank prints the message, and nobody is left waiting in a collective.
+// agree.hpp — what all ranks must agree on, each one small collective: user errors (a phase that
+// can fail on some ranks, a bad flag or a file unreadable on one node, is followed by one small
+// all-reduce, so every rank learns that the job must stop, exactly one rank prints the message,
+// and nobody is left waiting in a collective), a stop signal received by any rank, and every
+// rank's placement.
 #pragma once
 
 #include <functional>
 #include <string>
 
-#include "mnist_ddp/dist/comm.hpp"
+#include "mnist_ddp/comm/comm.hpp"
+#include "mnist_ddp/launch/placement.hpp"
 
 namespace mnist_ddp {
 
@@ -25,5 +28,12 @@ void run_agreed(Comm& comm, const std::function<void()>& fn);
 // rank (the message is cut to 255 bytes). For recoverable failures every rank must handle alike
 // (a CUDA graph capture that one rank could not make).
 std::string agree_first_failure(Comm& comm, const std::string& mine);
+
+// Collective, at a step boundary: the signal any rank received (signals.hpp; the largest number
+// if several), 0 if none: every rank stops at the same step.
+int agree_stop_signal(Comm& comm);
+
+// Collective: every rank's placement record (one allgather), in rank order.
+std::vector<RankPlacement> gather_placements(Comm& comm, const RankPlacement& mine);
 
 }  // namespace mnist_ddp

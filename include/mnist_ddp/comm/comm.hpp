@@ -8,8 +8,8 @@
 #include <span>
 #include <vector>
 
-#include "mnist_ddp/dist/flight_recorder.hpp"
-#include "mnist_ddp/model/dtype.hpp"
+#include "mnist_ddp/base/dtype.hpp"
+#include "mnist_ddp/comm/flight_recorder.hpp"
 
 namespace mnist_ddp {
 

@@ -16,8 +16,8 @@
 #include <thread>
 #include <vector>
 
-#include "mnist_ddp/model/dtype.hpp"
-#include "mnist_ddp/runtime/placement.hpp"
+#include "mnist_ddp/base/dtype.hpp"
+#include "mnist_ddp/launch/placement.hpp"
 
 namespace mnist_ddp {
 

@@ -9,9 +9,9 @@
 #include <span>
 #include <vector>
 
-#include "mnist_ddp/dist/comm.hpp"
-#include "mnist_ddp/dist/compress.hpp"
-#include "mnist_ddp/dist/powersgd.hpp"
+#include "mnist_ddp/comm/comm.hpp"
+#include "mnist_ddp/comm/compress.hpp"
+#include "mnist_ddp/comm/powersgd.hpp"
 #include "mnist_ddp/model/model.hpp"
 
 namespace mnist_ddp {

@@ -24,8 +24,8 @@
 #include <utility>
 #include <vector>
 
-#include "mnist_ddp/dist/comm.hpp"
-#include "mnist_ddp/model/rng.hpp"
+#include "mnist_ddp/base/rng.hpp"
+#include "mnist_ddp/comm/comm.hpp"
 
 namespace mnist_ddp {
 

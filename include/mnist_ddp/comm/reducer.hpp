@@ -10,12 +10,13 @@
 #include <memory>
 #include <vector>
 
-#include "mnist_ddp/dist/comm.hpp"
-#include "mnist_ddp/dist/compress.hpp"
-#include "mnist_ddp/dist/hooks.hpp"
-#include "mnist_ddp/dist/powersgd.hpp"
+#include "mnist_ddp/base/enum_names.hpp"
+#include "mnist_ddp/base/options.hpp"
+#include "mnist_ddp/comm/comm.hpp"
+#include "mnist_ddp/comm/compress.hpp"
+#include "mnist_ddp/comm/hooks.hpp"
+#include "mnist_ddp/comm/powersgd.hpp"
 #include "mnist_ddp/model/model.hpp"
-#include "mnist_ddp/runtime/enum_names.hpp"
 
 namespace mnist_ddp {
 
@@ -30,14 +31,6 @@ struct ReducerStats {
   std::uint64_t payload_bytes = 0;  // bytes this rank handed to gradient collectives
   std::int64_t steps = 0;
 };
-
-// How a bucket's all-reduce progresses while backward runs (CPU): Test: a non-blocking
-// MPI_Iallreduce that MPI advances inside the MPI_Test calls made from backward's layer-ready
-// callbacks; Thread: a communication thread runs a blocking all-reduce per bucket on its own
-// communicator (threaded_comm.hpp; needs MPI_THREAD_MULTIPLE).
-enum class OverlapEngine { Test, Thread };
-inline constexpr std::array<NameOf<OverlapEngine>, 2> kOverlapEngineNames{
-    {{OverlapEngine::Test, "test"}, {OverlapEngine::Thread, "thread"}}};
 
 class Reducer {
  public:

@@ -6,9 +6,10 @@
 #include <cstdint>
 #include <span>
 
-#include "mnist_ddp/dist/comm.hpp"
-#include "mnist_ddp/model/amp.hpp"
+#include "mnist_ddp/base/amp_mode.hpp"
+#include "mnist_ddp/comm/comm.hpp"
 #include "mnist_ddp/model/model.hpp"
+#include "mnist_ddp/ops/grad_scaler.hpp"
 
 namespace mnist_ddp {
 

@@ -6,7 +6,7 @@
 
 #include <memory>
 
-#include "mnist_ddp/dist/comm.hpp"
+#include "mnist_ddp/comm/comm.hpp"
 
 namespace mnist_ddp {
 

@@ -6,17 +6,12 @@
 #include <span>
 #include <string>
 
+#include "mnist_ddp/base/enum_names.hpp"
+#include "mnist_ddp/base/options.hpp"
 #include "mnist_ddp/model/tensor.hpp"
 #include "mnist_ddp/ops/ops.hpp"
-#include "mnist_ddp/runtime/enum_names.hpp"
 
 namespace mnist_ddp {
-
-enum class LrSchedule { Constant, Step, Cosine };
-inline constexpr std::array<NameOf<LrSchedule>, 3> kLrScheduleNames{
-    {{LrSchedule::Constant, "constant"},
-     {LrSchedule::Step, "step"},
-     {LrSchedule::Cosine, "cosine"}}};
 
 struct LrConfig {
   double base_lr = 0.01;

@@ -5,7 +5,7 @@
 #include <cstddef>
 #include <vector>
 
-#include "mnist_ddp/runtime/device.hpp"
+#include "mnist_ddp/launch/device.hpp"
 
 namespace mnist_ddp {
 

@@ -1,8 +1,7 @@
-// amp.hpp — mixed precision (--amp: fp16/bf16 on the GPU, bf16 on CPUs with bf16 units; the CPU
-// backend: ops/cpu/dnnl_bf16.hpp): the mode, the dynamic loss-scale rule of
-// docs/DESIGN.md §5 (PyTorch's GradScaler defaults) as a host function that is the oracle for the
-// device implementation, and the GradScaler that keeps the scale on the GPU so a whole step,
-// skip included, stays capturable in a CUDA graph.
+// grad_scaler.hpp — --amp fp16's dynamic loss scale (the mode itself: base/amp_mode.hpp): the
+// loss-scale rule of docs/DESIGN.md §5 (PyTorch's GradScaler defaults) as a host function that is
+// the oracle for the device implementation, and the GradScaler that keeps the scale on the GPU so
+// a whole step, skip included, stays capturable in a CUDA graph (ops/cuda/grad_scaler.cu).
 //
 // A step under --amp fp16:  dlogits *= scale (Ops::set_amp) -> backward in fp16 compute ->
 // all-reduce (average) -> unscale_and_check: g *= 1/scale, found_inf = any non-finite g ->
@@ -14,18 +13,10 @@
 #include <memory>
 #include <span>
 #include <string>
-#include "mnist_ddp/runtime/enum_names.hpp"
 
 namespace mnist_ddp {
 
 class Ops;
-
-enum class AmpMode { Off, Fp16, Bf16 };
-inline constexpr std::array<NameOf<AmpMode>, 3> kAmpModeNames{
-    {{AmpMode::Off, "off"}, {AmpMode::Fp16, "fp16"}, {AmpMode::Bf16, "bf16"}}};
-
-// "off" | "fp16" | "bf16".
-const char* amp_mode_name(AmpMode mode);
 
 // PyTorch's torch.amp.GradScaler defaults.
 struct LossScaleRule {

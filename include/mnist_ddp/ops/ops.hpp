@@ -6,7 +6,8 @@
 //   onednn:    src/ops/cpu/dnnl_backend.cpp, oneDNN JIT convolutions on channel-blocked
 //              [N][C/B][H][W][B] activations (B = 16 with AVX-512, 8 with AVX2); the default
 //              CPU backend (2.5x faster convolutions).
-//   cuda:      src/ops/cuda/cuda_ops.cu, cuDNN convolutions, cuBLAS fc, own kernels (kernels.cu);
+//   cuda:      src/ops/cuda/cuda_ops.hpp (defined by concern in cuda_*.cu), cuDNN convolutions,
+//              cuBLAS fc, own kernels (kernels.cu);
 //              NCHW, one stream (and a second one inside conv2d_backward, joined before it
 //              returns).
 // Parameters and gradients are always in PyTorch's layout (OIHW conv weights, [out][in] fc).
@@ -18,13 +19,14 @@
 #include <span>
 #include <string>
 
+#include "mnist_ddp/base/amp_mode.hpp"
+#include "mnist_ddp/base/dtype.hpp"
+#include "mnist_ddp/base/enum_names.hpp"
+#include "mnist_ddp/base/options.hpp"
 #include "mnist_ddp/data/dataset.hpp"
-#include "mnist_ddp/model/amp.hpp"
-#include "mnist_ddp/model/dtype.hpp"
-#include "mnist_ddp/runtime/device.hpp"
-#include "mnist_ddp/runtime/enum_names.hpp"
-#include "mnist_ddp/runtime/trace.hpp"
-#include "ops/cpu/cpu_kernels.hpp"
+#include "mnist_ddp/diagnostics/trace.hpp"
+#include "mnist_ddp/launch/device.hpp"
+#include "mnist_ddp/ops/op_params.hpp"
 
 namespace mnist_ddp {
 
@@ -142,10 +144,6 @@ class Ops {
   // leaves parameters and momentum untouched where it is != 0. Both must outlive the setting.
   virtual void set_amp(AmpMode mode, const float* loss_scale, const float* skip_step) = 0;
 };
-
-enum class CpuKernels { OneDnn, Reference };
-inline constexpr std::array<NameOf<CpuKernels>, 2> kCpuKernelsNames{
-    {{CpuKernels::OneDnn, "onednn"}, {CpuKernels::Reference, "reference"}}};
 
 // The reference CPU backend (im2col + OpenBLAS).
 std::unique_ptr<Ops> make_cpu_ops();

@@ -10,9 +10,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "mnist_ddp/app/cli.hpp"
-#include "mnist_ddp/dist/reducer.hpp"
-#include "mnist_ddp/runtime/log.hpp"
+#include "mnist_ddp/base/options.hpp"
+#include "mnist_ddp/comm/reducer.hpp"
+#include "mnist_ddp/diagnostics/log.hpp"
 #include "mnist_ddp/train/step_phases.hpp"
 #include "mnist_ddp/train/straggler.hpp"
 

@@ -12,8 +12,8 @@
 #include <cstddef>
 #include <vector>
 
-#include "mnist_ddp/runtime/enum_names.hpp"
-#include "mnist_ddp/runtime/trace.hpp"
+#include "mnist_ddp/base/enum_names.hpp"
+#include "mnist_ddp/diagnostics/trace.hpp"
 
 namespace mnist_ddp {
 

@@ -18,8 +18,8 @@
 #include <string>
 #include <vector>
 
-#include "mnist_ddp/dist/comm.hpp"
-#include "mnist_ddp/runtime/placement.hpp"
+#include "mnist_ddp/comm/comm.hpp"
+#include "mnist_ddp/launch/placement.hpp"
 #include "mnist_ddp/train/step_phases.hpp"
 
 namespace mnist_ddp {

@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "mnist_ddp/app/cli.hpp"
-#include "mnist_ddp/dist/comm.hpp"
+#include "mnist_ddp/base/options.hpp"
+#include "mnist_ddp/comm/comm.hpp"
 #include "mnist_ddp/train/step_phases.hpp"
 
 namespace mnist_ddp {

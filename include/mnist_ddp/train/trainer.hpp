@@ -9,18 +9,21 @@
 #include <string>
 #include <vector>
 
-#include "mnist_ddp/app/cli.hpp"
-#include "mnist_ddp/app/comm_plan.hpp"
+#include "mnist_ddp/base/amp_mode.hpp"
+#include "mnist_ddp/base/options.hpp"
 #include "mnist_ddp/checkpoint/checkpoint.hpp"
+#include "mnist_ddp/comm/comm.hpp"
+#include "mnist_ddp/comm/comm_plan.hpp"
+#include "mnist_ddp/comm/local_sgd.hpp"
+#include "mnist_ddp/comm/reducer.hpp"
 #include "mnist_ddp/data/dataset.hpp"
-#include "mnist_ddp/dist/comm.hpp"
-#include "mnist_ddp/dist/reducer.hpp"
-#include "mnist_ddp/model/amp.hpp"
+#include "mnist_ddp/diagnostics/log.hpp"
 #include "mnist_ddp/model/model.hpp"
 #include "mnist_ddp/model/optimizer.hpp"
 #include "mnist_ddp/model/tensor.hpp"
+#include "mnist_ddp/ops/grad_scaler.hpp"
 #include "mnist_ddp/ops/step_graph.hpp"
-#include "mnist_ddp/runtime/log.hpp"
+#include "mnist_ddp/process/requeue.hpp"
 #include "mnist_ddp/train/report.hpp"
 #include "mnist_ddp/train/step_phases.hpp"
 #include "mnist_ddp/train/stopwatch.hpp"
@@ -38,6 +41,7 @@ struct TrainResult {
   double images_per_second = 0;  // global training images / train_seconds
   std::uint64_t comm_bytes = 0;  // payload bytes this rank passed to collectives
   int stop_signal = 0;           // SIGINT/SIGTERM that stopped the run (0: ran to the end)
+  StopDecision stop;             // what that stop does (requeue.hpp), decided once
   std::string last_checkpoint;   // path of the newest checkpoint written by this run
   RunTotals totals;              // the run's, over all its processes (report.hpp)
 };
@@ -77,11 +81,12 @@ inline constexpr std::int64_t kGpuPhaseSampleEvery = 50;
 
 class Trainer {
  public:
-  // comms: its communicators and their plan. The data splits must already be loaded into ops
-  // (Ops::load_dataset). tracer: the timeline (trace.hpp; the model's and the Reducer's spans
-  // too), outliving the trainer.
-  Trainer(const Config& cfg, const TrainerComms& comms, Ops& ops, ConvNet& model,
-          const DataSplit& data, Logger& log, Tracer* tracer = nullptr);
+  // stored_config: the configuration every checkpoint records (the app layer's config_json of
+  // cfg: what resume compares and --write-config --resume writes back). comms: its communicators
+  // and their plan. The data splits must already be loaded into ops (Ops::load_dataset). tracer:
+  // the timeline (trace.hpp; the model's and the Reducer's spans too), outliving the trainer.
+  Trainer(const Config& cfg, std::string stored_config, const TrainerComms& comms, Ops& ops,
+          ConvNet& model, const DataSplit& data, Logger& log, Tracer* tracer = nullptr);
   ~Trainer();
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;
@@ -161,6 +166,7 @@ class Trainer {
   Sgd sgd_;
   std::unique_ptr<Reducer> reducer_;    // the gradient all-reduces (host or device memory)
   Comm* bucket_comm_ = nullptr;         // where the Reducer reduces until post-local SGD
+  LocalSgdSchedule local_sgd_;          // post-local SGD's schedule (off: start -1)
   std::unique_ptr<StepGraphs> graphs_;  // GPU with a capturable data communicator
   struct StepSnapshot {                 // capture_hooks(): host state before a capture
     Reducer::Mark reducer;
@@ -183,6 +189,8 @@ class Trainer {
   std::string last_checkpoint_;
   std::string run_id_;             // the lineage (new_run_id(), or the resumed checkpoint's)
   bool foreign_reported_ = false;  // checkpoints of other runs in the directory: said once
+  StopDecision stop_;              // the agreed stop, when there was one
+  std::string stored_config_;      // what every checkpoint records as the run's configuration
   // The run's totals before this process (the resumed checkpoint's) and its best evaluation.
   double wall_before_ = 0;
   double train_before_ = 0;

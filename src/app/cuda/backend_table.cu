@@ -1,37 +1,25 @@
 // backend_table.cu — libmnist_ddp_cuda.so's entry point: the table of the CUDA seam's functions
-// (runtime/cuda_backend.hpp) that the mnist_ddp binary's loader calls through. The plugin is linked
-// with -Bsymbolic-functions, so these bind to the plugin's own definitions, never to the loader's
-// forwarding functions of the same names in the binary.
-#include "mnist_ddp/runtime/cuda_backend.hpp"
-#include "mnist_ddp/runtime/device.hpp"
+// (app/cuda_backend.hpp, one entry per line of MNIST_DDP_CUDA_SEAM) that the mnist_ddp binary's
+// loader calls through. The plugin is linked with -Bsymbolic-functions, so these bind to the
+// plugin's own definitions, never to the loader's forwarding functions of the same names in the
+// binary.
+#include "mnist_ddp/app/cuda_backend.hpp"
+#include "mnist_ddp/launch/device.hpp"
 
 namespace mnist_ddp {
-namespace {
 
 StepRun run_step_graphs(StepGraphs& graphs, std::int64_t n, const std::function<void()>& body) {
   return graphs.run(n, body);
 }
 
-const CudaBackend kTable{
-    kCudaBackendAbi,
-    sizeof(CudaBackend),
-    kCudaBackendLayout,
-    &cuda_device_count,
-    &cuda_alloc,
-    &cuda_free,
-    &use_cuda_device,
-    &release_cuda_device,
-    &cuda_device_description,
-    &cuda_library_versions,
-    &make_nccl_comm,
-    &make_nccl_group_comm,
-    &make_host_staged_comm,
-    &make_host_staged_group_comm,
-    &make_cuda_ops,
-    &make_grad_scaler,
-    &run_step_graphs,
-    &destroy_graph_exec,
-};
+namespace {
+
+// Each function's address in its field: a function whose declaration disagrees with the list does
+// not convert, and the plugin does not compile.
+#define MNIST_DDP_CUDA_SEAM_ENTRY(kind, field, function, ret, params, args, stub) &function,
+const CudaBackend kTable{kCudaBackendAbi, sizeof(CudaBackend), kCudaBackendLayout,
+                         MNIST_DDP_CUDA_SEAM(MNIST_DDP_CUDA_SEAM_ENTRY)};
+#undef MNIST_DDP_CUDA_SEAM_ENTRY
 
 }  // namespace
 }  // namespace mnist_ddp

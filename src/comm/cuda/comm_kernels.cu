@@ -1,7 +1,7 @@
 // comm_kernels.cu — device arithmetic shared by NcclComm and the host-staged communicator.
-#include "dist/cuda/comm_kernels.hpp"
+#include "comm/cuda/comm_kernels.hpp"
 
-#include "runtime/cuda/cuda_check.hpp"
+#include "diagnostics/cuda/cuda_check.hpp"
 
 namespace mnist_ddp {
 namespace {

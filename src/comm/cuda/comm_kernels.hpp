@@ -1,5 +1,5 @@
 // comm_kernels.hpp — the device-side arithmetic the GPU communicators share (private to
-// src/dist/cuda/): DDP's "sum, then divide by the world size" on device memory.
+// src/comm/cuda/): DDP's "sum, then divide by the world size" on device memory.
 #pragma once
 
 #include <cuda_runtime.h>

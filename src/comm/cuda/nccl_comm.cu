@@ -8,12 +8,12 @@
 #include <cstdlib>
 #include <vector>
 
-#include "dist/cuda/comm_kernels.hpp"
-#include "dist/mpi_types.hpp"
-#include "mnist_ddp/dist/comm.hpp"
-#include "mnist_ddp/runtime/check.hpp"
+#include "comm/cuda/comm_kernels.hpp"
+#include "comm/mpi_types.hpp"
+#include "diagnostics/cuda/cuda_check.hpp"
+#include "mnist_ddp/comm/comm.hpp"
+#include "mnist_ddp/diagnostics/check.hpp"
 #include "ops/cuda/capture.hpp"
-#include "runtime/cuda/cuda_check.hpp"
 
 namespace mnist_ddp {
 namespace {

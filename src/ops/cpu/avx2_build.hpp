@@ -1,5 +1,5 @@
 // avx2_build.hpp — whether this build targets AVX2 and FMA (x86-64-v3, or -march=native on such a
-// CPU): the CPU backend's intrinsic kernels (blocked_avx2.cpp, image_conv.cpp) exist only
+// CPU): the CPU backend's intrinsic kernels (blocked_avx2.cpp, conv1_avx2.cpp) exist only
 // then; elsewhere the portable code and oneDNN run in their place.
 #pragma once
 

@@ -8,7 +8,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "mnist_ddp/runtime/check.hpp"
+#include "mnist_ddp/diagnostics/check.hpp"
 
 namespace mnist_ddp::bf16 {
 namespace {

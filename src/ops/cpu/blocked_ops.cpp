@@ -10,7 +10,7 @@
 #include <cstddef>
 #include <vector>
 
-#include "mnist_ddp/runtime/check.hpp"
+#include "mnist_ddp/diagnostics/check.hpp"
 #include "ops/cpu/blocked_loops.hpp"
 
 namespace mnist_ddp::blocked {

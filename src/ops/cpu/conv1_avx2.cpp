@@ -1,4 +1,4 @@
-// image_conv.cpp — layer1's convolution on the AVX2 path, intrinsics: 8 output channels a vector
+// conv1_avx2.cpp — layer1's convolution on the AVX2 path, intrinsics: 8 output channels a vector
 // (one lane group of a pixel), two lane groups a pass, the image zero-padded once per image so the
 // inner loops have no bounds; every loop fits AVX2's 16 vector registers (the x86-64-v3 build has
 // no more; built for AVX-512 the compiler has 32).
@@ -6,7 +6,7 @@
 // in registers. Filter gradient:
 // one filter row a pass with 2 x R accumulators (the bias on the first pass), each image's float
 // sums added to double totals.
-#include "ops/cpu/image_conv.hpp"
+#include "ops/cpu/conv1_avx2.hpp"
 
 #if defined(__AVX2__) && defined(__FMA__)  // kAvx2Build
 
@@ -16,7 +16,7 @@
 #include <cstddef>
 #include <vector>
 
-#include "mnist_ddp/runtime/check.hpp"
+#include "mnist_ddp/diagnostics/check.hpp"
 #include "ops/cpu/conv_taps.hpp"
 
 namespace mnist_ddp::blocked {

@@ -1,4 +1,4 @@
-// image_conv.hpp — the convolution whose input is the one-channel image (layer1) on the AVX2
+// conv1_avx2.hpp — the convolution whose input is the one-channel image (layer1) on the AVX2
 // path, in AVX2+FMA intrinsics: its forward pass and its filter and bias gradients, with the
 // output (gradient) channel-blocked [N][K/B][OH][OW][B]. Why: oneDNN has no AVX2 backward-weights
 // kernel for a one-channel NCHW input on nChw8c (it copied the output gradient to NHWC: 1.30 ms

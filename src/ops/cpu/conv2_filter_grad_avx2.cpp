@@ -1,12 +1,12 @@
-// channel_conv.cpp — the filter and bias gradient of a convolution on nChw8c input (layer2 on the
-// AVX2 path), intrinsics. A unit of work is (two output lane groups, one input channel block);
-// per image the unit copies its input block into a zero-bordered [PH][PW][8] buffer (so the
-// inner loops have no bounds), then makes one pass over the output pixels per (input lane,
+// conv2_filter_grad_avx2.cpp — the filter and bias gradient of a convolution on nChw8c input
+// (layer2 on the AVX2 path), intrinsics. A unit of work is (two output lane groups, one input
+// channel block); per image the unit copies its input block into a zero-bordered [PH][PW][8] buffer
+// (so the inner loops have no bounds), then makes one pass over the output pixels per (input lane,
 // filter row): 2 x R accumulators, output-gradient vectors times broadcast input values, interior
 // pixels two at a time, the zero border's terms skipped. Images go 8 at a time through every
 // unit, so they are read from memory once. One thread (dnnl_backend.cpp runs it where a rank
 // computes on one).
-#include "ops/cpu/channel_conv.hpp"
+#include "ops/cpu/conv2_filter_grad_avx2.hpp"
 
 #if defined(__AVX2__) && defined(__FMA__)  // kAvx2Build
 
@@ -16,7 +16,7 @@
 #include <cstddef>
 #include <vector>
 
-#include "mnist_ddp/runtime/check.hpp"
+#include "mnist_ddp/diagnostics/check.hpp"
 #include "ops/cpu/conv_taps.hpp"
 
 namespace mnist_ddp::blocked {

@@ -1,4 +1,4 @@
-// channel_conv.hpp — the filter and bias gradient of a convolution whose input is
+// conv2_filter_grad_avx2.hpp — the filter and bias gradient of a convolution whose input is
 // channel-blocked at block 8 (layer2 on the AVX2 path: nChw8c in, nChw8c output gradient), in
 // AVX2+FMA intrinsics. Why: oneDNN's AVX2 backward-weights kernel for it ran at 76% of the
 // AVX2 SGEMM rate (5.7 ms at batch 100 on a Zen 5 core, where its forward and backward-data ran

@@ -1,5 +1,5 @@
 // conv_taps.hpp — the filter width as a compile-time constant for the intrinsic convolution
-// kernels (image_conv.cpp, channel_conv.cpp): their register tiles are sized by it.
+// kernels (conv1_avx2.cpp, conv2_filter_grad_avx2.cpp): their register tiles are sized by it.
 #pragma once
 
 namespace mnist_ddp::blocked {

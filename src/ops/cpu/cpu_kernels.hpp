@@ -11,18 +11,9 @@
 #include <cstdint>
 #include <functional>
 
-namespace mnist_ddp::cpu {
+#include "mnist_ddp/ops/op_params.hpp"
 
-// A stride-1 square-kernel convolution with symmetric zero padding.
-struct ConvGeom {
-  int n = 0, c = 0, h = 0, w = 0;  // input [C][N][H][W]
-  int k = 0;                       // output channels
-  int r = 0;                       // kernel size (r x r)
-  int pad = 0;
-  int chunk = 0;  // images per im2col chunk; 0: sized automatically to stay in cache
-  int out_h() const { return h + 2 * pad - r + 1; }
-  int out_w() const { return w + 2 * pad - r + 1; }
-};
+namespace mnist_ddp::cpu {
 
 // Elements of scratch space the conv kernels need for geometry g (im2col of one image chunk).
 std::size_t conv2d_workspace(const ConvGeom& g);
@@ -57,17 +48,6 @@ template <class T>
 void batchnorm_backward_eval(int c, std::size_t m, const T* x, const T* dy, const T* gamma,
                              const T* running_mean, const T* running_var, double eps, T* dx,
                              T* dgamma, T* dbeta);
-
-// SyncBatchNorm's two exchanges, called by the training-mode BN ops between their per-rank
-// reductions and what they compute from them (every backend, every rank, same order):
-//   stats(c, mean, var, count): this rank's per-channel batch mean and biased variance over
-//     `count` values per channel, in place -> the union batch's (count -> the union's count);
-//   grad_sums(c, sums, count): per channel {sum(dy), sum(dy * (x - mean))} of the BN output
-//     gradient, sums[2c] in place -> summed over ranks (count -> the union's count).
-struct BnSync {
-  std::function<void(int c, double* mean, double* var, double* count)> stats;
-  std::function<void(int c, double* sums, double* count)> grad_sums;
-};
 
 // Batch statistics of x[C][M] for training-mode BN: save_mean, save_invstd = 1/sqrt(var + eps)
 // (biased var), and the running-statistics update (unbiased var), as batchnorm_forward_train.
@@ -133,18 +113,7 @@ void cnhw_to_nchw(int c, int n, int hw, const T* x, T* y);
 template <class T>
 void nchw_to_cnhw(int c, int n, int hw, const T* x, T* y);
 
-// PyTorch's SGD (torch.optim.SGD, foreach=False semantics):
-//   d = g + weight_decay * p
-//   buf = d (first step) or momentum * buf + (1 - dampening) * d
-//   d = d + momentum * buf (nesterov) or buf
-//   p = p - lr * d
-struct SgdParams {
-  double lr = 0.01;
-  double momentum = 0.0;
-  double dampening = 0.0;
-  double weight_decay = 0.0;
-  bool nesterov = false;
-};
+// One step of PyTorch's SGD (op_params.hpp: SgdParams) over n parameters.
 template <class T>
 void sgd_step(std::size_t n, T* p, const T* g, T* momentum_buf, const SgdParams& s,
               bool first_step);

@@ -6,8 +6,9 @@
 #include <cstdlib>
 #include <vector>
 
+#include "mnist_ddp/diagnostics/check.hpp"
 #include "mnist_ddp/ops/ops.hpp"
-#include "mnist_ddp/runtime/check.hpp"
+#include "ops/cpu/cpu_kernels.hpp"
 #include "ops/cpu/host_ops.hpp"
 
 extern "C" void openblas_set_num_threads(int num_threads);

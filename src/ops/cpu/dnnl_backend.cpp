@@ -19,17 +19,17 @@
 #include <tuple>
 #include <vector>
 
-#include "mnist_ddp/model/half.hpp"
+#include "mnist_ddp/base/half.hpp"
+#include "mnist_ddp/diagnostics/check.hpp"
 #include "mnist_ddp/ops/ops.hpp"
-#include "mnist_ddp/runtime/check.hpp"
 #include "ops/cpu/bf16_units.hpp"
 #include "ops/cpu/blocked_ops.hpp"
-#include "ops/cpu/channel_conv.hpp"
+#include "ops/cpu/conv1_avx2.hpp"
+#include "ops/cpu/conv2_filter_grad_avx2.hpp"
 #include "ops/cpu/conv_taps.hpp"
 #include "ops/cpu/cpu_kernels.hpp"
 #include "ops/cpu/dnnl_bf16.hpp"
 #include "ops/cpu/host_ops.hpp"
-#include "ops/cpu/image_conv.hpp"
 
 namespace mnist_ddp {
 namespace {
@@ -64,8 +64,8 @@ struct ConvPrims {
   bool fwd_needs_reorder = false, bwd_needs_reorder = false, dw_needs_reorder = false;
   bool src_bw_needs_reorder = false, ddst_bw_needs_reorder = false, has_bwd_data = false;
   // Passes ours compute instead of oneDNN (see build_prims): the image's forward and filter
-  // gradient (image_conv.cpp); a blocked input's filter gradient (channel_conv.cpp), where the
-  // rank computes on one thread (one_thread()).
+  // gradient (conv1_avx2.cpp); a blocked input's filter gradient (conv2_filter_grad_avx2.cpp),
+  // where the rank computes on one thread (one_thread()).
   bool own_forward = false, own_filter_grad = false, own_channel_grad = false;
   std::vector<std::string> impls;  // oneDNN's implementation of each convolution primitive it runs
 };
@@ -125,9 +125,9 @@ std::unique_ptr<ConvPrims> build_prims(const dnnl::engine& engine, const ConvGeo
   const auto bw_pd = backward_weights_pd(engine, fwd_pd, src_md, w_any, b_md, dst_md, strides, pad);
   // Where oneDNN would copy the image's output gradient into another layout for its filter
   // gradient (AVX2: no kernel for the one-channel image on nChw8c), ours reads it as it is; and
-  // at block 8 ours runs the image's forward too (see image_conv.hpp), and the filter gradient of
-  // a blocked input on one thread (channel_conv.hpp: oneDNN's AVX2 kernel is slow there; ours is
-  // single-threaded). At block 16 oneDNN's AVX-512 kernels stay.
+  // at block 8 ours runs the image's forward too (see conv1_avx2.hpp), and the filter gradient of
+  // a blocked input on one thread (conv2_filter_grad_avx2.hpp: oneDNN's AVX2 kernel is slow there;
+  // ours is single-threaded). At block 16 oneDNN's AVX-512 kernels stay.
   const bool ours = kAvx2Build && g.r <= blocked::kMaxTaps;  // the widths our kernels have
   p->own_filter_grad = ours && g.c == 1 && bw_pd.diff_dst_desc() != dst_md;
   p->own_forward = ours && g.c == 1 && block == 8;

@@ -6,7 +6,7 @@
 #include <optional>
 #include <string>
 
-#include "mnist_ddp/runtime/check.hpp"
+#include "mnist_ddp/diagnostics/check.hpp"
 
 namespace mnist_ddp::bf16 {
 namespace {

@@ -6,8 +6,8 @@
 #include <cstring>
 #include <string>
 
-#include "mnist_ddp/model/half.hpp"
-#include "mnist_ddp/runtime/check.hpp"
+#include "mnist_ddp/base/half.hpp"
+#include "mnist_ddp/diagnostics/check.hpp"
 #include "ops/cpu/cpu_kernels.hpp"
 
 namespace mnist_ddp {

@@ -19,7 +19,7 @@
 #include <utility>
 #include <vector>
 
-#include "runtime/cuda/cuda_check.hpp"
+#include "diagnostics/cuda/cuda_check.hpp"
 
 namespace mnist_ddp {
 namespace {

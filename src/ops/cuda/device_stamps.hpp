@@ -6,7 +6,7 @@
 
 #include <memory>
 
-#include "mnist_ddp/runtime/trace.hpp"
+#include "mnist_ddp/diagnostics/trace.hpp"
 
 namespace mnist_ddp {
 

@@ -1,17 +1,19 @@
-// grad_scaler.cu — the dynamic loss scaler of --amp fp16 on the GPU (amp.hpp): scale, growth
-// tracker, found-inf flag and a skipped-step count live in one device struct, and unscale/check
-// and the scale update are kernels on the ops' stream, so a training step, skip included, needs
-// no host round trip and can be captured in a CUDA graph. update_loss_scale (src/model/amp.cpp) is
-// the host oracle these kernels are tested against (tests/unit/gpu_ops_test.cpp).
+// grad_scaler.cu — the dynamic loss scaler of --amp fp16 on the GPU (ops/grad_scaler.hpp): scale,
+// growth tracker, found-inf flag and a skipped-step count live in one device struct, and
+// unscale/check and the scale update are kernels on the ops' stream, so a training step, skip
+// included, needs no host round trip and can be captured in a CUDA graph. update_loss_scale
+// (src/ops/grad_scaler.cpp) is the host oracle these kernels are tested against
+// (tests/unit/gpu_ops_test.cpp).
 #include <cuda_runtime.h>
 
 #include <cmath>
 #include <memory>
 
-#include "mnist_ddp/model/amp.hpp"
+#include "diagnostics/cuda/cuda_check.hpp"
+#include "mnist_ddp/base/amp_mode.hpp"
+#include "mnist_ddp/diagnostics/check.hpp"
+#include "mnist_ddp/ops/grad_scaler.hpp"
 #include "mnist_ddp/ops/ops.hpp"
-#include "mnist_ddp/runtime/check.hpp"
-#include "runtime/cuda/cuda_check.hpp"
 
 namespace mnist_ddp {
 namespace {

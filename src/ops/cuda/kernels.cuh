@@ -1,4 +1,4 @@
-// kernels.cuh — CudaOps' own kernels (cuda_ops.cu is the class; kernels.cu holds the kernels),
+// kernels.cuh — CudaOps' own kernels (cuda_ops.hpp is the class; kernels.cu holds the kernels),
 // each behind a host launcher that takes the grid and the stream: BN statistics (split
 // deterministic reductions), the fused BN -> ReLU -> maxpool forward and backward, the fc bias and
 // its gradient, softmax cross-entropy with top-1/top-5, SGD, the batch gather from the

@@ -5,10 +5,10 @@
 #include <exception>
 #include <string>
 
+#include "diagnostics/cuda/cuda_check.hpp"
+#include "mnist_ddp/diagnostics/check.hpp"
 #include "mnist_ddp/ops/step_graph.hpp"
-#include "mnist_ddp/runtime/check.hpp"
 #include "ops/cuda/capture.hpp"
-#include "runtime/cuda/cuda_check.hpp"
 
 namespace mnist_ddp {
 namespace {

@@ -1,5 +1,5 @@
 // check.cpp — fatal-error reporting for library failures and internal invariants.
-#include "mnist_ddp/runtime/check.hpp"
+#include "mnist_ddp/diagnostics/check.hpp"
 
 #include <hdf5.h>
 #include <mpi.h>

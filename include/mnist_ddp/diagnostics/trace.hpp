@@ -24,7 +24,7 @@
 #include <string>
 #include <vector>
 
-#include "mnist_ddp/runtime/enum_names.hpp"
+#include "mnist_ddp/base/enum_names.hpp"
 
 namespace mnist_ddp {
 

@@ -1,6 +1,6 @@
-// placement.hpp — where every rank runs, gathered once at start-up: rank, local rank, host, pid
-// and device (a GPU with its PCI bus id). Rank 0 prints it as one table in rank order (as
-// nccl-tests does), and the same records feed NCCL's one-GPU-per-rank check.
+// placement.hpp — where every rank runs, gathered once at start-up (comm/agree.hpp): rank, local
+// rank, host, pid and device (a GPU with its PCI bus id). Rank 0 prints it as one table in rank
+// order (as nccl-tests does), and the same records feed NCCL's one-GPU-per-rank check.
 #pragma once
 
 #include <cstdint>
@@ -9,8 +9,6 @@
 #include <vector>
 
 namespace mnist_ddp {
-
-class Comm;
 
 struct RankPlacement {
   int rank = 0;
@@ -28,9 +26,6 @@ inline constexpr std::size_t kPlacementWords =
     2 + (kPlacementHostChars + 1) / 8 + (kPlacementDeviceChars + 1) / 8;
 std::vector<std::uint64_t> encode_placement(const RankPlacement& p);
 RankPlacement decode_placement(std::span<const std::uint64_t> words);
-
-// Collective: every rank's record, in rank order (one allgather of kPlacementWords per rank).
-std::vector<RankPlacement> gather_placements(Comm& comm, const RankPlacement& mine);
 
 // The table rank 0 prints, one "# "-prefixed line per rank under a header:
 //   # rank  local  host   pid    device

@@ -1,5 +1,5 @@
 // log.cpp — Logger: spdlog sinks for console and file, JSONL metrics, TTY progress line.
-#include "mnist_ddp/runtime/log.hpp"
+#include "mnist_ddp/diagnostics/log.hpp"
 
 #include <spdlog/pattern_formatter.h>
 #include <spdlog/sinks/basic_file_sink.h>
@@ -13,7 +13,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
-#include "mnist_ddp/runtime/check.hpp"
+#include "mnist_ddp/diagnostics/check.hpp"
 
 namespace mnist_ddp {
 

@@ -1,11 +1,11 @@
 // device.cpp — --device resolution (backend-independent part).
-#include "mnist_ddp/runtime/device.hpp"
+#include "mnist_ddp/launch/device.hpp"
 
 #include <dlfcn.h>
 
 #include <fmt/format.h>
 
-#include "mnist_ddp/runtime/check.hpp"
+#include "mnist_ddp/diagnostics/check.hpp"
 
 namespace mnist_ddp {
 

@@ -1,12 +1,11 @@
 // signals.hpp — clean stops. SIGINT/SIGTERM (and the --requeue-signal) only set a flag; at the next
-// step boundary the ranks agree (one small all-reduce), write a checkpoint and exit with 128 + the
-// signal number. A second signal ends the process at once, touching no checkpoint (a half-written
-// temporary is never renamed and is removed at the next start).
+// step boundary the ranks agree (one small all-reduce: comm/agree.hpp agree_stop_signal), write a
+// checkpoint and exit with 128 + the signal number. A second signal ends the process at once,
+// touching no checkpoint (a half-written temporary is never renamed and is removed at the next
+// start).
 #pragma once
 
 #include <string>
-
-#include "mnist_ddp/dist/comm.hpp"
 
 namespace mnist_ddp {
 
@@ -23,8 +22,8 @@ void install_dump_handler(int signo);
 // "USR1" -> SIGUSR1 etc. for the signals --requeue-signal accepts (USR1, USR2, TERM, HUP); 0
 // for anything else.
 int parse_signal(const std::string& name);
-// Collective: the largest pending signal over all ranks (0: keep going).
-int agree_stop_signal(Comm& comm);
+// The stop signal this process received (0: none); comm/agree.hpp makes it every rank's.
+int stop_signal_received();
 // "SIGTERM", "SIGINT", ...
 const char* signal_name(int signo);
 // The name the signal flags take (--requeue-signal, --flight-dump-signal): "USR1" for SIGUSR1.

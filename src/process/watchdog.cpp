@@ -1,5 +1,5 @@
 // watchdog.cpp — the collective watchdog thread (watchdog.hpp).
-#include "mnist_ddp/runtime/watchdog.hpp"
+#include "mnist_ddp/process/watchdog.hpp"
 
 #include <fmt/format.h>
 

@@ -1,5 +1,5 @@
-// signals.cpp — async-signal-safe stop flag and the step-boundary agreement.
-#include "mnist_ddp/runtime/signals.hpp"
+// signals.cpp — the async-signal-safe stop flag (its step-boundary agreement: comm/agree.cpp).
+#include "mnist_ddp/process/signals.hpp"
 
 #include <unistd.h>
 
@@ -74,11 +74,8 @@ int parse_signal(const std::string& name) {
   return 0;
 }
 
-int agree_stop_signal(Comm& comm) {
-  std::int32_t s = static_cast<std::int32_t>(g_signal);
-  // Collective: if any rank was signalled, every rank learns it at the same step boundary.
-  comm.allreduce(std::span<std::int32_t>(&s, 1), ReduceOp::Max);
-  return static_cast<int>(s);
+int stop_signal_received() {
+  return static_cast<int>(g_signal);
 }
 
 const char* signal_flag_name(int signo) {

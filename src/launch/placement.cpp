@@ -1,14 +1,13 @@
-// placement.cpp — the start-up record of every rank: encoding for one allgather, the table rank 0
-// prints, and NCCL's one-GPU-per-rank check over it.
-#include "mnist_ddp/runtime/placement.hpp"
+// placement.cpp — the start-up record of every rank: its encoding for one allgather
+// (comm/agree.hpp gathers it), the table rank 0 prints, and NCCL's one-GPU-per-rank check over it.
+#include "mnist_ddp/launch/placement.hpp"
 
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <cstring>
 
-#include "mnist_ddp/dist/comm.hpp"
-#include "mnist_ddp/runtime/check.hpp"
+#include "mnist_ddp/diagnostics/check.hpp"
 
 namespace mnist_ddp {
 namespace {
@@ -50,19 +49,6 @@ RankPlacement decode_placement(std::span<const std::uint64_t> w) {
   p.host = get_string(&w[2], kPlacementHostChars);
   p.device = get_string(&w[2 + (kPlacementHostChars + 1) / 8], kPlacementDeviceChars);
   return p;
-}
-
-std::vector<RankPlacement> gather_placements(Comm& comm, const RankPlacement& mine) {
-  const std::vector<std::uint64_t> send = encode_placement(mine);
-  std::vector<std::uint64_t> all(kPlacementWords * static_cast<std::size_t>(comm.size()));
-  // Collective: one allgather gives every rank every rank's record (rank 0 prints the table;
-  // every rank reaches the same verdict on the GPU check).
-  comm.allgather(send, all);
-  std::vector<RankPlacement> out;
-  for (int r = 0; r < comm.size(); ++r)
-    out.push_back(decode_placement(std::span<const std::uint64_t>(all).subspan(
-        kPlacementWords * static_cast<std::size_t>(r), kPlacementWords)));
-  return out;
 }
 
 std::string placement_table(std::span<const RankPlacement> all) {

@@ -1,5 +1,5 @@
 // identity.cpp — MPI init/teardown and the rank/local-rank derivation with launcher cross-checks.
-#include "mnist_ddp/runtime/identity.hpp"
+#include "mnist_ddp/launch/identity.hpp"
 
 #include <mpi.h>
 #include <sched.h>
@@ -11,7 +11,7 @@
 #include <charconv>
 #include <cstdlib>
 
-#include "mnist_ddp/runtime/check.hpp"
+#include "mnist_ddp/diagnostics/check.hpp"
 
 namespace mnist_ddp {
 namespace {

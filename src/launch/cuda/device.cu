@@ -3,9 +3,9 @@
 // selection and description.
 #include <string>
 
-#include "mnist_ddp/runtime/check.hpp"
-#include "mnist_ddp/runtime/device.hpp"
-#include "runtime/cuda/cuda_check.hpp"
+#include "diagnostics/cuda/cuda_check.hpp"
+#include "mnist_ddp/diagnostics/check.hpp"
+#include "mnist_ddp/launch/device.hpp"
 
 namespace mnist_ddp {
 

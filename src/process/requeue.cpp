@@ -1,5 +1,5 @@
 // requeue.cpp — scontrol requeue (requeue.hpp).
-#include "mnist_ddp/runtime/requeue.hpp"
+#include "mnist_ddp/process/requeue.hpp"
 
 #include <fmt/format.h>
 #include <spawn.h>
@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
+#include <csignal>
 #include <cstdlib>
 #include <cstring>
 
@@ -15,8 +16,13 @@ extern char** environ;
 
 namespace mnist_ddp {
 
-bool requeues_on(int stop_signal, bool requeue, int requeue_signal) {
-  return requeue && stop_signal != 0 && stop_signal == requeue_signal;
+StopDecision decide_stop(int stop_signal, bool requeue, int requeue_signal) {
+  StopDecision d;
+  d.signal = stop_signal;
+  if (stop_signal == 0) return d;
+  d.requeue = requeue && stop_signal == requeue_signal;
+  d.preemption = stop_signal == requeue_signal || stop_signal == SIGTERM;
+  return d;
 }
 
 bool request_slurm_requeue(std::string* what) {

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "mnist_ddp/runtime/device.hpp"
+#include "mnist_ddp/launch/device.hpp"
 
 namespace mnist_ddp {
 

@@ -7,16 +7,14 @@
 #include <string>
 #include <vector>
 
-#include "mnist_ddp/runtime/enum_names.hpp"
+#include "mnist_ddp/base/enum_names.hpp"
+#include "mnist_ddp/base/options.hpp"
 
 namespace mnist_ddp {
 
 enum class Device { Cpu, Cuda };
-enum class DeviceChoice { Cpu, Cuda, Auto };
 inline constexpr std::array<NameOf<Device>, 2> kDeviceNames{
     {{Device::Cpu, "cpu"}, {Device::Cuda, "cuda"}}};
-inline constexpr std::array<NameOf<DeviceChoice>, 3> kDeviceChoiceNames{
-    {{DeviceChoice::Cpu, "cpu"}, {DeviceChoice::Cuda, "cuda"}, {DeviceChoice::Auto, "auto"}}};
 
 // True when the CUDA backend is linked into this binary.
 bool cuda_built();
