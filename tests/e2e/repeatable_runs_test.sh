@@ -54,15 +54,18 @@ run unknown_key 60 mpirun -np 2 "$BIN" --config "$TMP/typo.toml" --data "$DATA"
 e2=$RC; e2_msg=$(cat "$ERR")
 run missing_config 60 mpirun -np 2 "$BIN" --config "$TMP/nope.toml"
 e3=$RC; e3_msg=$(cat "$ERR")
+run write_nowhere 60 "$BIN" --write-config "$TMP/no-such-dir/run.toml"
+e4=$RC; e4_msg=$(cat "$ERR")
 run no_best 60 "$BIN" --device cpu --data "$DATA" --eval-only --resume best --checkpoint-dir "$TMP/A" --log-dir "$TMP/nb"
-if [[ $e1 -eq 2 && $e2 -eq 2 && $e3 -eq 2 && $RC -eq 2 ]] && [[ "$(md5sum "$TMP/A/ckpt-00000020.h5")" == "$sum_before" ]] &&
+if [[ $e1 -eq 2 && $e2 -eq 2 && $e3 -eq 2 && $e4 -eq 2 && $RC -eq 2 ]] && [[ "$(md5sum "$TMP/A/ckpt-00000020.h5")" == "$sum_before" ]] &&
+   grep -q -- "--write-config $TMP/no-such-dir/run.toml: cannot write it (No such file or directory)" <<<"$e4_msg" &&
    grep -q "that is an HDF5 file (a checkpoint?), not overwritten" <<<"$e1_msg" &&
    [[ $(grep -c "unknown key 'batch_size'" <<<"$e2_msg") -eq 1 ]] &&
    grep -q "nope.toml: cannot read that file" <<<"$e3_msg" &&
    grep -q -- "--eval-only --resume best: --checkpoint-dir $TMP/A has no best checkpoint (ckpt-best.h5; a run trained with --keep-best keeps one)" "$ERR"; then
   pass "bad_config_input_is_one_error_naming_file_and_fix (HDF5 not overwritten; unknown key, missing file under mpirun; --resume best without one)"
 else
-  fail "bad_config_input rc=$e1/$e2/$e3/$RC" "$e1_msg" "$e2_msg" "$e3_msg" "$(show)"
+  fail "bad_config_input rc=$e1/$e2/$e3/$e4/$RC" "$e1_msg" "$e2_msg" "$e3_msg" "$e4_msg" "$(show)"
 fi
 
 # --- 3. --dry-run under mpirun: the plan, every check, nothing written but the log ---------------
@@ -172,11 +175,14 @@ csv_ok=$(head -1 "$OUT")
 run compare_table 60 "$REPO/tools/compare_runs" "$TMP/T" "$TMP/A" --time-to 0.999 --sort time_to
 table=$(cat "$OUT")
 echo '{"event": "eval", "schema": 99, "step": 1, "top1": 0.1}' >"$TMP/future.jsonl"
+run compare_percent 60 "$REPO/tools/compare_runs" "$TMP/T" --time-to 99
+percent_rc=$RC; percent_msg=$(cat "$ERR")
 run compare_future 60 "$REPO/tools/compare_runs" "$TMP/future.jsonl"
-if [[ "$got" == "$want" ]] && [[ "$csv_ok" == run,*time_to_wall_s,time_to_train_s,time_to_step,time_to_images ]] &&
+if [[ "$got" == "$want" ]] && [[ $percent_rc -ne 0 ]] &&
+   grep -q -- "--time-to 99: give top-1 as a fraction of the test set, e.g. --time-to 0.99 for 99%" <<<"$percent_msg" && [[ "$csv_ok" == run,*time_to_wall_s,time_to_train_s,time_to_step,time_to_images ]] &&
    grep -q "to 99.9% (wall)" <<<"$table" && grep -qE "^T .* - +- +- +finished$" <<<"$table" &&
    [[ $RC -ne 0 ]] && grep -q "metrics schema 99, this compare_runs reads 1 to 2" "$ERR"; then
-  pass "compare_runs_time_to_and_formats (T reached top-1 $target at wall $got s; csv header; '-' where never; schema 99 refused)"
+  pass "compare_runs_time_to_and_formats (T reached top-1 $target at wall $got s; csv header; '-' where never; a percentage refused; schema 99 refused)"
 else
   fail "compare_runs got=$got want=$want csv=$csv_ok" "$table" "$(show)"
 fi
