@@ -20,11 +20,11 @@
 #include "mnist_ddp/comm/flight_recorder.hpp"
 #include "mnist_ddp/comm/reducer.hpp"
 #include "mnist_ddp/diagnostics/check.hpp"
-#include "mnist_ddp/diagnostics/trace.hpp"
 #include "mnist_ddp/launch/device.hpp"
 #include "mnist_ddp/launch/identity.hpp"
 #include "mnist_ddp/model/model.hpp"
 #include "mnist_ddp/ops/ops.hpp"
+#include "mnist_ddp/trace/trace.hpp"
 
 namespace {
 

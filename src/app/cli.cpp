@@ -17,8 +17,8 @@
 #include <vector>
 
 #include "mnist_ddp/diagnostics/check.hpp"
-#include "mnist_ddp/diagnostics/trace.hpp"
 #include "mnist_ddp/process/signals.hpp"
+#include "mnist_ddp/trace/trace.hpp"
 
 namespace mnist_ddp {
 namespace {

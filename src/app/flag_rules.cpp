@@ -11,8 +11,8 @@
 #include <string>
 
 #include "mnist_ddp/diagnostics/check.hpp"
-#include "mnist_ddp/diagnostics/trace.hpp"
 #include "mnist_ddp/process/signals.hpp"
+#include "mnist_ddp/trace/trace.hpp"
 #include "mnist_ddp/train/test_seams.hpp"
 
 namespace mnist_ddp {

@@ -6,14 +6,16 @@
 #include "mnist_ddp/app/communicators.hpp"
 #include "mnist_ddp/app/dry_run.hpp"
 #include "mnist_ddp/app/resume.hpp"
+#include "mnist_ddp/app/run_options.hpp"
 #include "mnist_ddp/app/setup.hpp"
-#include "mnist_ddp/app/trace_output.hpp"
 #include "mnist_ddp/app/train_and_report.hpp"
 #include "mnist_ddp/checkpoint/dir_lock.hpp"
+#include "mnist_ddp/comm/agree.hpp"
 #include "mnist_ddp/comm/replicas.hpp"
 #include "mnist_ddp/diagnostics/check.hpp"
 #include "mnist_ddp/model/model.hpp"
 #include "mnist_ddp/process/signals.hpp"
+#include "mnist_ddp/trace/trace_file.hpp"
 #include "mnist_ddp/train/trainer.hpp"
 
 namespace mnist_ddp {
@@ -36,7 +38,12 @@ int run(int argc, char** argv, int rank, int world, const MpiLocality& locality,
   announce(where, rank);
   flight.set_hosts(where.ranks);  // a dump names every rank's host, a silent peer's included
   const std::unique_ptr<Logger> log = open_log(comms.control(), cfg, *id);
-  if (!cfg.trace.empty()) check_trace_file(comms.control(), cfg.trace);  // collective
+  if (!cfg.trace.empty()) {
+    // Collective (agreement): a trace that cannot be written must not cost a whole run first.
+    run_agreed(comms.control(), [&] {
+      if (rank == 0) check_trace_path(cfg.trace);
+    });
+  }
   DataSplit data = load_data(comms.control(), cfg, *id, where, *log);
   if (where.plan.nccl()) comms.open_nccl();  // collective: NCCL's id travels by MPI
   const std::unique_ptr<Ops> ops = make_device_ops(comms, cfg, where, data);
@@ -47,8 +54,8 @@ int run(int argc, char** argv, int rank, int world, const MpiLocality& locality,
   const std::unique_ptr<StampClock> clock = ops->make_stamp_clock();
   Tracer tracer(*clock, !cfg.trace.empty(),
                 parse_trace_window(cfg.trace_steps).value_or(TraceWindow{}));
-  Trainer trainer(cfg, config_json(cfg), comms.for_trainer(where.plan), *ops, model, data, *log,
-                  &tracer);
+  Trainer trainer(train_options(cfg), config_json(cfg), comms.for_trainer(where.plan), *ops, model,
+                  data, *log, &tracer);
   trainer.watch_stragglers(where.ranks);
   const StartState start =
       restore_start_state(comms.control(), cfg, data, *ops, model, trainer, *log);
@@ -59,7 +66,8 @@ int run(int argc, char** argv, int rank, int world, const MpiLocality& locality,
   }
   if (cfg.eval_only) return evaluate_only(comms.control(), trainer, data, start.model_step, *log);
   const TraceFile trace =
-      trace_file(tracer, cfg, start.first_step, trainer.total_steps(), where.ranks, world);
+      trace_file(tracer, cfg.trace, !cfg.trace_steps.empty(), start.first_step,
+                 trainer.total_steps(), hosts_of(where.ranks), config_json(cfg));
   return train_and_report(comms.control(), cfg, trainer, data, *log,
                           cfg.trace.empty() ? nullptr : &trace);
 }

@@ -6,17 +6,39 @@
 #include <csignal>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "mnist_ddp/checkpoint/dir_lock.hpp"
+#include "mnist_ddp/comm/agree.hpp"
 #include "mnist_ddp/diagnostics/check.hpp"
 #include "mnist_ddp/process/requeue.hpp"
 #include "mnist_ddp/process/signals.hpp"
 #include "mnist_ddp/train/trainer.hpp"
 
 namespace mnist_ddp {
+namespace {
+
+// The trace file's collectives, over the control communicator (host memory).
+TraceCollectives trace_collectives(Comm& control) {
+  TraceCollectives c;
+  c.rank = control.rank();
+  c.gather_doubles = [&control](double mine) {
+    std::vector<double> all(static_cast<std::size_t>(control.size()));
+    control.allgather(std::span<const double>(&mine, 1), all);  // collective
+    return all;
+  };
+  c.gather_strings = [&control](const std::string& mine) {
+    return gather_strings(control, mine);  // collective
+  };
+  c.agreed = [&control](const std::function<void()>& fn) { run_agreed(control, fn); };
+  return c;
+}
+
+}  // namespace
 
 int evaluate_only(Comm& control, Trainer& trainer, const DataSplit& data, std::int64_t step,
                   Logger& log) {
@@ -67,7 +89,7 @@ int train_and_report(Comm& control, const Config& cfg, Trainer& trainer, const D
   TrainResult r = trainer.run();
   if (trace != nullptr) {
     // Collective: written before a requeue (Slurm may end these processes right after it).
-    write_trace(control, *trace);
+    write_trace(*trace, trace_collectives(control));
     log.info(fmt::format("trace: {} (steps {}:{}; open it in ui.perfetto.dev or chrome://tracing)",
                          trace->path, trace->tracer.window().first, trace->tracer.window().last));
   }

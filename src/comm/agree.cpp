@@ -73,4 +73,24 @@ std::vector<RankPlacement> gather_placements(Comm& comm, const RankPlacement& mi
   return out;
 }
 
+std::vector<std::string> gather_strings(Comm& comm, const std::string& mine) {
+  // Collective: the lengths first, then the bytes in 8-byte words padded to the longest.
+  const auto n = static_cast<std::size_t>(comm.size());
+  std::vector<std::uint64_t> lengths(n);
+  const std::uint64_t my_length = mine.size();
+  comm.allgather(std::span<const std::uint64_t>(&my_length, 1), lengths);
+  const std::uint64_t longest = *std::max_element(lengths.begin(), lengths.end());
+  const std::size_t words = static_cast<std::size_t>((longest + 7) / 8);
+  std::vector<std::uint64_t> send(words, 0), recv(words * n, 0);
+  std::memcpy(send.data(), mine.data(), mine.size());
+  // Collective: every rank's padded bytes.
+  comm.allgather(std::span<const std::uint64_t>(send), recv);
+  std::vector<std::string> out(n);
+  for (std::size_t r = 0; r < n; ++r) {
+    out[r].assign(reinterpret_cast<const char*>(recv.data() + r * words),
+                  static_cast<std::size_t>(lengths[r]));
+  }
+  return out;
+}
+
 }  // namespace mnist_ddp

@@ -51,6 +51,13 @@ RankPlacement decode_placement(std::span<const std::uint64_t> w) {
   return p;
 }
 
+std::vector<std::string> hosts_of(std::span<const RankPlacement> all) {
+  std::vector<std::string> hosts;
+  hosts.reserve(all.size());
+  for (const RankPlacement& p : all) hosts.push_back(p.host);
+  return hosts;
+}
+
 std::string placement_table(std::span<const RankPlacement> all) {
   std::size_t host_w = 4, pid_w = 3, rank_w = 4;
   for (const auto& p : all) {

@@ -34,7 +34,7 @@ void add_totals(nlohmann::json& record, const RunTotals& t) {
 void Reporter::progress(const StepPosition& at, double window_loss, double images_per_s,
                         double eta_s) {
   log_.progress(fmt::format("epoch {}/{} step {}/{} loss {:.4f} {:.0f} img/s ETA {}", at.epoch + 1,
-                            cfg_.epochs, at.step, at.total_steps, window_loss, images_per_s,
+                            schedule_.epochs, at.step, at.total_steps, window_loss, images_per_s,
                             fmt_eta(eta_s)));
 }
 
@@ -85,38 +85,38 @@ void Reporter::comm_epoch(const StepPosition& at, const CommFigures& c) {
       static_cast<double>(rs.payload_bytes) / steps *
       static_cast<double>(std::max<std::int64_t>(c.micro_batches - rs.steps, 0)));
   const std::string accumulate =
-      cfg_.accumulate > 1 ? fmt::format(", {:.3g} micro-batches per step: {} not all-reduced",
-                                        micro_per_step, fmt_bytes(static_cast<double>(saved)))
-                          : "";
+      schedule_.accumulate > 1 ? fmt::format(", {:.3g} micro-batches per step: {} not all-reduced",
+                                             micro_per_step, fmt_bytes(static_cast<double>(saved)))
+                               : "";
   if (c.gpu) {
     // The GPU's all-reduces complete asynchronously: host clocks would time the enqueue.
     log_.info(fmt::format(
         "comm epoch {}: {} buckets{} on the {}, hook {}, {} per step handed to "
         "all-reduce, ~{} sent per rank{} (timing: asynchronous on the GPU, profile with nsys)",
         at.epoch + 1, c.buckets,
-        cfg_.no_overlap ? " (--no-overlap: one all-reduce after backward)"
-                        : " (overlapped with backward)",
-        c.transport, to_string(cfg_.compression), per_step,
+        !gradients_.overlap ? " (--no-overlap: one all-reduce after backward)"
+                            : " (overlapped with backward)",
+        c.transport, to_string(gradients_.compression), per_step,
         fmt_bytes(static_cast<double>(rs.wire_bytes)), accumulate));
   } else {
     log_.info(fmt::format(
         "comm epoch {}: {} buckets{}, hook {}, {} per step handed to all-reduce, "
         "~{} sent per rank{}, {:.1f} ms in flight, {:.1f} ms exposed (not hidden by "
         "backward)",
-        at.epoch + 1, c.buckets, cfg_.no_overlap ? " (--no-overlap: one all-reduce)" : "",
-        to_string(cfg_.compression), per_step, fmt_bytes(static_cast<double>(rs.wire_bytes)),
+        at.epoch + 1, c.buckets, !gradients_.overlap ? " (--no-overlap: one all-reduce)" : "",
+        to_string(gradients_.compression), per_step, fmt_bytes(static_cast<double>(rs.wire_bytes)),
         accumulate, 1e3 * rs.comm_seconds, 1e3 * rs.exposed_seconds));
   }
   log_.metrics({{"event", "comm"},
                 {"epoch", at.epoch + 1},
                 {"step", at.step},
                 {"buckets", c.buckets},
-                {"overlap", !cfg_.no_overlap},
+                {"overlap", gradients_.overlap},
                 {"wire_bytes", rs.wire_bytes},
-                {"compression", to_string(cfg_.compression)},
+                {"compression", to_string(gradients_.compression)},
                 {"payload_bytes", rs.payload_bytes},
                 {"steps", rs.steps},
-                {"accumulate", cfg_.accumulate},
+                {"accumulate", schedule_.accumulate},
                 {"micro_batches", c.micro_batches},
                 {"saved_bytes", saved},
                 {"comm_s", rs.comm_seconds},
@@ -193,7 +193,7 @@ void Reporter::capture_fell_back(int batch, const std::string& why) {
 }
 
 void Reporter::graphs(int captured, std::int64_t replayed, std::int64_t runs) {
-  if (cfg_.accumulate > 1) {
+  if (schedule_.accumulate > 1) {
     log_.info(fmt::format(
         "CUDA graphs: {} captured (one per batch size and kind of micro-batch: first, middle, "
         "last), {} of {} micro-batches replayed",

@@ -17,29 +17,29 @@
 
 namespace mnist_ddp {
 
-void debug_seams_before_step(const Config& cfg, Comm& comm, std::int64_t step) {
+void debug_seams_before_step(const SeamOptions& seams, Comm& comm, std::int64_t step) {
   if (step != 3) return;
   const int rank = comm.rank();
-  if (rank == cfg.debug_hang_rank) {
+  if (rank == seams.hang_rank) {
     // This rank stops here; its peers wait in the next collective until the watchdog
     // (--collective-timeout) names it and aborts the job.
     std::fprintf(stderr, "mnist_ddp: --debug-hang-rank %d: rank %d stops before step 3\n",
-                 cfg.debug_hang_rank, rank);
+                 seams.hang_rank, rank);
     std::fflush(stderr);
     for (;;) std::this_thread::sleep_for(std::chrono::seconds(60));
   }
-  if (rank == cfg.debug_exit_rank) {
+  if (rank == seams.exit_rank) {
     // A rank that dies with an error, without MPI_Finalize.
     std::fprintf(stderr, "mnist_ddp: --debug-exit-rank %d: rank %d exits with status 1\n",
-                 cfg.debug_exit_rank, rank);
+                 seams.exit_rank, rank);
     std::fflush(stderr);
     std::_Exit(1);
   }
-  if (rank == cfg.debug_desync_rank) {
+  if (rank == seams.desync_rank) {
     std::fprintf(stderr,
                  "mnist_ddp: --debug-desync-rank %d: rank %d issues an extra collective before "
                  "step 3\n",
-                 cfg.debug_desync_rank, rank);
+                 seams.desync_rank, rank);
     std::fflush(stderr);
     std::int32_t extra[2] = {0, 0};
     // Collective on this rank only (the seam): its peers' next collective is another one.

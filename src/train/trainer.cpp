@@ -23,20 +23,6 @@
 #include "mnist_ddp/train/test_seams.hpp"
 
 namespace mnist_ddp {
-namespace {
-
-SgdParams sgd_params(const Config& c) {
-  SgdParams p;
-  p.lr = c.lr;
-  p.momentum = c.momentum;
-  p.dampening = c.dampening;
-  p.weight_decay = c.weight_decay;
-  p.nesterov = c.nesterov;
-  return p;
-}
-
-}  // namespace
-
 std::vector<int> micro_batch_sizes(std::int64_t offset, std::int64_t epoch_size, int batch,
                                    int accumulate) {
   std::vector<int> sizes;
@@ -54,9 +40,9 @@ std::int64_t step_graph_key(int n, const MicroBatch& mb) {
   return ((static_cast<std::int64_t>(n) << 24) | (static_cast<std::int64_t>(mb.count) << 2)) | kind;
 }
 
-Trainer::Trainer(const Config& cfg, std::string stored_config, const TrainerComms& comms, Ops& ops,
-                 ConvNet& model, const DataSplit& data, Logger& log, Tracer* tracer)
-    : cfg_(cfg),
+Trainer::Trainer(const TrainOptions& options, std::string stored_config, const TrainerComms& comms,
+                 Ops& ops, ConvNet& model, const DataSplit& data, Logger& log, Tracer* tracer)
+    : opt_(options),
       comm_(comms.control),
       data_comm_(comms.data),
       local_comm_(comms.local),
@@ -66,25 +52,19 @@ Trainer::Trainer(const Config& cfg, std::string stored_config, const TrainerComm
       model_(model),
       data_(data),
       log_(log),
-      report_(cfg, log),
-      sgd_(ops, model.params().size(), sgd_params(cfg)),
+      report_(options.schedule, options.gradients, log),
+      sgd_(ops, model.params().size(), options.optimizer.sgd),
       layout_(checkpoint_layout(model)),
       run_id_(new_run_id()),
-      stored_config_(std::move(stored_config)),
-      debug_slow_(cfg.debug_slow.empty() ? std::nullopt : parse_debug_slow(cfg.debug_slow)) {
-  const DistributedSampler probe(data.train.count, comm_.rank(), comm_.size(), cfg.shuffle,
-                                 cfg.seed, cfg.drop_last);
-  const std::int64_t per_step = static_cast<std::int64_t>(cfg.batch_size) * cfg.accumulate;
+      stored_config_(std::move(stored_config)) {
+  const ScheduleOptions& sched = opt_.schedule;
+  const DistributedSampler probe(data.train.count, comm_.rank(), comm_.size(), sched.shuffle,
+                                 sched.seed, sched.drop_last);
+  const std::int64_t per_step = static_cast<std::int64_t>(sched.batch_size) * sched.accumulate;
   steps_per_epoch_ = (probe.num_samples() + per_step - 1) / per_step;
-  total_steps_ = steps_per_epoch_ * cfg.epochs;
-  if (cfg.max_steps > 0) total_steps_ = std::min(total_steps_, cfg.max_steps);
-  lr_.base_lr = cfg.lr;
-  lr_.schedule = cfg.lr_schedule;
-  lr_.step_size = cfg.lr_step_size;
-  lr_.gamma = cfg.lr_gamma;
-  lr_.warmup_steps = cfg.warmup_steps;
-  lr_.total_steps = total_steps_;
-  lr_.min_lr = cfg.min_lr;
+  total_steps_ = steps_per_epoch_ * sched.epochs;
+  if (sched.max_steps > 0) total_steps_ = std::min(total_steps_, sched.max_steps);
+  opt_.optimizer.lr.total_steps = total_steps_;
   const CommPlan& plan = comms.plan;
   // The plan was made for this device and world; the communicators it opened must match it (a
   // GPU's Reducer works on device memory exactly when the collectives take it).
@@ -102,20 +82,17 @@ Trainer::Trainer(const Config& cfg, std::string stored_config, const TrainerComm
   // compute stream goes on with the earlier layers; host-staged MPI: blocking, through the
   // host). CPU: the data communicator (MPI_Test from backward), or the communication thread.
   bucket_comm_ = &data_comm_;
-  local_sgd_ = LocalSgdSchedule{cfg.local_sgd_start, cfg.local_sgd_period};
   if (plan.thread_engine) {
     MNIST_DDP_CHECK(comms.thread != nullptr && comms.thread->size() == data_comm_.size(),
                     "the communication thread needs its own communicator over the same ranks");
     bucket_comm_ = comms.thread;
   }
-  reducer_ = std::make_unique<Reducer>(
-      *bucket_comm_, model, static_cast<std::size_t>(cfg.bucket_cap_kb) * 1024, !cfg.no_overlap,
-      cfg.compression,
-      PowerSgdConfig{cfg.powersgd_rank, cfg.powersgd_start_iter, cfg.powersgd_min_compression_rate,
-                     false, false, cfg.seed});
+  const GradientOptions& grads = opt_.gradients;
+  reducer_ = std::make_unique<Reducer>(*bucket_comm_, model, grads.bucket_cap_bytes, grads.overlap,
+                                       grads.compression, grads.powersgd);
   reducer_->set_tracer(tracer);
   model.set_tracer(tracer);
-  if (cfg.sync_bn) {
+  if (grads.sync_bn) {
     // The exchange works on host doubles: the data communicator on the CPU, the host MPI
     // communicator on a GPU (where the data communicator works on device memory).
     bn_sync_ = make_sync_bn(ops.device() == Device::Cuda ? comm_ : data_comm_);
@@ -124,24 +101,24 @@ Trainer::Trainer(const Config& cfg, std::string stored_config, const TrainerComm
   MNIST_DDP_CHECK(plan.local_sgd == LocalSgdComm::None || local_comm_ != nullptr,
                   "post-local SGD needs the node-local group");
   if (plan.graphs) {
-    graphs_ = std::make_unique<StepGraphs>(ops.stream(), capture_hooks(), cfg.debug_fail_capture);
+    graphs_ = std::make_unique<StepGraphs>(ops.stream(), capture_hooks(), opt_.seams.fail_capture);
   } else if (!plan.why_no_graphs.empty()) {
     log.info("CUDA graphs off: " + plan.why_no_graphs);
   }
   if (!plan.why_no_thread.empty()) {
     log.info("communication thread off: " + plan.why_no_thread);
   }
-  if (cfg.amp != AmpMode::Off) {
+  if (grads.amp != AmpMode::Off) {
     // Mixed precision: bf16 needs no loss scale (fp32's exponent range); fp16 gets the scaler,
     // whose scale multiplies the loss gradient and whose found-inf flag can skip SGD.
-    if (cfg.amp == AmpMode::Fp16) scaler_ = make_grad_scaler(ops, LossScaleRule{});
-    ops.set_amp(cfg.amp, scaler_ ? scaler_->scale() : nullptr,
+    if (grads.amp == AmpMode::Fp16) scaler_ = make_grad_scaler(ops, LossScaleRule{});
+    ops.set_amp(grads.amp, scaler_ ? scaler_->scale() : nullptr,
                 scaler_ ? scaler_->found_inf() : nullptr);
   }
   const int max_batch = model.max_batch();
   x_ = Tensor({max_batch, kImagePixels}, ops.device());
   dlogits_ = Tensor({max_batch, kClasses}, ops.device());
-  if (cfg.accumulate > 1) {
+  if (sched.accumulate > 1) {
     grad_sum_ = Tensor({static_cast<int>(model.grads().size())}, ops.device());  // zeroed
   }
   y_ = reinterpret_cast<std::int32_t*>(
@@ -150,13 +127,13 @@ Trainer::Trainer(const Config& cfg, std::string stored_config, const TrainerComm
 
 Trainer::~Trainer() {
   model_.set_tracer(nullptr);
-  if (cfg_.sync_bn) ops_.set_bn_sync(nullptr);
-  if (cfg_.amp != AmpMode::Off) ops_.set_amp(AmpMode::Off, nullptr, nullptr);
+  if (opt_.gradients.sync_bn) ops_.set_bn_sync(nullptr);
+  if (opt_.gradients.amp != AmpMode::Off) ops_.set_amp(AmpMode::Off, nullptr, nullptr);
   ops_.free_bytes(reinterpret_cast<std::uint8_t*>(y_));
 }
 
 void Trainer::train_step(const std::vector<int>& sizes) {
-  last_lr_ = learning_rate(lr_, step_, epoch_);
+  last_lr_ = learning_rate(opt_.optimizer.lr, step_, epoch_);
   if (time_phases_) phases_.begin();
   const int count = static_cast<int>(sizes.size());
   PhaseSeconds sampled{};  // GPU: the step's phases from its CUDA events, when sampled
@@ -231,10 +208,10 @@ void Trainer::enqueue_step(int n, const MicroBatch& mb) {
     mark(Phase::Backward);
     return;
   }
-  if (local_sgd_.on()) {
+  if (opt_.gradients.local_sgd.on()) {
     // Post-local SGD (local_sgd.hpp): gradients averaged over the whole job, or within this
     // node's group.
-    reducer_->use_comm(local_sgd_.local_at(step_) ? *local_comm_ : *bucket_comm_);
+    reducer_->use_comm(opt_.gradients.local_sgd.local_at(step_) ? *local_comm_ : *bucket_comm_);
   }
   // Collectives (inside): each bucket's all-reduce starts as soon as backward has produced its
   // gradients (with --accumulate, once the earlier micro-batches' sum has joined them); finish()
@@ -257,7 +234,7 @@ void Trainer::enqueue_step(int n, const MicroBatch& mb) {
   if (scaler_) unscale_and_agree(*scaler_, data_comm_, model_.grads());
   sgd_.step(model_.params(), model_.grads());  // a no-op where found_inf (set_amp)
   if (scaler_) scaler_->update();
-  if (local_sgd_.average_after(step_)) {
+  if (opt_.gradients.local_sgd.average_after(step_)) {
     // Collective: PeriodicModelAverager — the global parameter average that bounds how far the
     // node groups drift apart (momentum buffers stay local, as in PyTorch). A blocking collective:
     // its time is waiting (Comm), not optimizer compute (the straggler scores).
@@ -270,7 +247,7 @@ void Trainer::enqueue_step(int n, const MicroBatch& mb) {
 }
 
 void Trainer::mark(Phase p) {
-  if (debug_slow_) debug_slow_phase(*debug_slow_, comm_.rank(), p);  // a test seam
+  if (opt_.seams.slow) debug_slow_phase(*opt_.seams.slow, comm_.rank(), p);  // a test seam
   if (time_phases_) phases_.mark(p);
 }
 
@@ -322,7 +299,7 @@ EvalResult Trainer::evaluate() {
     order[i] = shard.begin + static_cast<std::int64_t>(i);
   ops_.set_order(Ops::kTest, order);
   double acc[4] = {0, 0, 0, 0};  // loss sum, top1, top5, count
-  const int chunk = std::min(cfg_.eval_batch_size, model_.max_batch());
+  const int chunk = std::min(opt_.schedule.eval_batch_size, model_.max_batch());
   for (std::int64_t b = 0; b < static_cast<std::int64_t>(order.size()); b += chunk) {
     const int n = static_cast<int>(
         std::min<std::int64_t>(chunk, static_cast<std::int64_t>(order.size()) - b));
@@ -354,7 +331,7 @@ void Trainer::log_window() {
   // Every rank holds the same global loss, so all stop here together. Under --amp fp16 an
   // overflowing step is skipped by the scaler (its loss may be inf): parameters are checked when
   // a checkpoint is written instead.
-  if (!std::isfinite(loss) && cfg_.amp != AmpMode::Fp16) {
+  if (!std::isfinite(loss) && opt_.gradients.amp != AmpMode::Fp16) {
     throw UserError(fmt::format("training diverged at step {}: the mean loss of the last {} "
                                 "images is {} (lr {:g}); stopping without writing a checkpoint. {}",
                                 step_, w[1], loss, last_lr_, good_checkpoint_advice()),
@@ -387,7 +364,7 @@ void Trainer::stop_clock() {
 }
 
 int Trainer::after_step(std::int64_t first_step) {
-  if (cfg_.check_replicas > 0 && step_ % cfg_.check_replicas == 0) {
+  if (opt_.cadence.check_replicas > 0 && step_ % opt_.cadence.check_replicas == 0) {
     check_replicas(comm_, model_, step_);
   }
   if (log_.live_progress() &&
@@ -400,8 +377,8 @@ int Trainer::after_step(std::int64_t first_step) {
     report_.progress(position(), window_images_ > 0 ? window_loss_ / window_images_ : 0.0,
                      images_ / elapsed, (total_steps_ - step_) / rate);
   }
-  if (step_ % cfg_.log_every == 0) log_window();
-  if (stragglers_ && step_ % straggler_every_ == 0) {
+  if (step_ % opt_.cadence.log_every == 0) log_window();
+  if (stragglers_ && step_ % opt_.cadence.straggler_every == 0) {
     // Collective (one allgather per window): every rank's compute time, scored the same on all.
     for (const StragglerEvent& e : stragglers_->end_window(comm_))
       report_.straggler(position(), e, stragglers_->ranks(), stragglers_->threshold());
@@ -411,7 +388,8 @@ int Trainer::after_step(std::int64_t first_step) {
   if (stop != 0) {
     stop_clock();
     report_.stopping(signal_name(stop), step_);
-    stop_ = decide_stop(stop, cfg_.requeue, cfg_.requeue_signal);  // requeue.hpp: the one place
+    stop_ = decide_stop(stop, opt_.stop.requeue,
+                        opt_.stop.requeue_signal);  // requeue.hpp: the one place
     if (tracer_ != nullptr) {
       tracer_->instant(
           fmt::format("{} {}", stop_.requeue ? "requeue on" : "stop on", signal_name(stop)),
@@ -420,8 +398,8 @@ int Trainer::after_step(std::int64_t first_step) {
     checkpoint(signal_name(stop), stop_.preemption);
     return stop;
   }
-  const bool checkpoint_due = cfg_.checkpoint_every > 0 && step_ % cfg_.checkpoint_every == 0;
-  if (cfg_.eval_every > 0 && step_ % cfg_.eval_every == 0) {
+  const bool checkpoint_due = opt_.checkpoint.every > 0 && step_ % opt_.checkpoint.every == 0;
+  if (opt_.cadence.eval_every > 0 && step_ % opt_.cadence.eval_every == 0) {
     stop_clock();
     const EvalResult e = evaluate();
     report_.eval(position(), e);
@@ -458,8 +436,7 @@ EvalResult Trainer::end_epoch(bool epoch_done) {
 }
 
 void Trainer::watch_stragglers(std::vector<RankPlacement> ranks) {
-  straggler_every_ = cfg_.straggler_every < 0 ? cfg_.log_every : cfg_.straggler_every;
-  if (straggler_every_ == 0) return;
+  if (opt_.cadence.straggler_every == 0) return;
   if (graphs_ && (tracer_ == nullptr || !tracer_->on())) {
     // A graph replay runs no host code and, without --trace, records no CUDA events: the monitor
     // would see no compute at all (first GPU run: a node table of 0.00 ms/step).
@@ -468,16 +445,17 @@ void Trainer::watch_stragglers(std::vector<RankPlacement> ranks) {
         "--trace FILE or --cuda-graphs off turns it on");
     return;
   }
-  stragglers_ = std::make_unique<StragglerMonitor>(cfg_.straggler_threshold, std::move(ranks));
+  stragglers_ =
+      std::make_unique<StragglerMonitor>(opt_.cadence.straggler_threshold, std::move(ranks));
 }
 
 TrainResult Trainer::run() {
   TrainResult res;
-  DistributedSampler sampler(data_.train.count, comm_.rank(), comm_.size(), cfg_.shuffle, cfg_.seed,
-                             cfg_.drop_last);
+  DistributedSampler sampler(data_.train.count, comm_.rank(), comm_.size(), opt_.schedule.shuffle,
+                             opt_.schedule.seed, opt_.schedule.drop_last);
   const std::int64_t first_step = step_;
   int stop = 0;
-  while (epoch_ < cfg_.epochs && step_ < total_steps_) {
+  while (epoch_ < opt_.schedule.epochs && step_ < total_steps_) {
     sampler.set_epoch(epoch_);
     const std::vector<std::int64_t> order = sampler.indices();
     const auto epoch_size = static_cast<std::int64_t>(order.size());
@@ -487,14 +465,15 @@ TrainResult Trainer::run() {
     clock_.start();
     while (offset_ < epoch_size && step_ < total_steps_ && stop == 0) {
       if (flight_ != nullptr) flight_->set_step(step_);
-      debug_seams_before_step(cfg_, comm_, step_);
-      train_step(micro_batch_sizes(offset_, epoch_size, cfg_.batch_size, cfg_.accumulate));
+      debug_seams_before_step(opt_.seams, comm_, step_);
+      train_step(micro_batch_sizes(offset_, epoch_size, opt_.schedule.batch_size,
+                                   opt_.schedule.accumulate));
       stop = after_step(first_step);
     }
-    if (!cfg_.debug_sample_log.empty()) {
+    if (!opt_.seams.sample_log.empty()) {
       // Collective (agreement): a log that cannot be written on one rank stops every rank.
       run_agreed(comm_, [&] {
-        append_sample_log(cfg_.debug_sample_log, epoch_, comm_.rank(), order, epoch_first, offset_);
+        append_sample_log(opt_.seams.sample_log, epoch_, comm_.rank(), order, epoch_first, offset_);
       });
     }
     if (stop != 0) break;
@@ -510,7 +489,7 @@ TrainResult Trainer::run() {
   }
   if (graphs_) report_.graphs(graphs_->captured(), replays_, micro_runs_);
   if (stragglers_) {
-    if (step_ % straggler_every_ != 0) {
+    if (step_ % opt_.cadence.straggler_every != 0) {
       // Collective (one allgather, the same decision on every rank: all stop at the same step):
       // the last, partial window is scored too, so a run shorter than one window (8 steps at
       // --straggler-every 10) still measures every node.

@@ -23,7 +23,7 @@ std::string Trainer::good_checkpoint_advice() const {
     return fmt::format(
         "This run wrote no checkpoint; those in {} are untouched: --resume the newest with a "
         "lower --lr (or more --warmup-steps), or start again",
-        cfg_.checkpoint_dir);
+        opt_.checkpoint.dir);
   }
   return fmt::format(
       "The last good checkpoint is {}: --resume it with a lower --lr (or more --warmup-steps)",
@@ -68,7 +68,9 @@ void Trainer::resume_from(const TrainingState& s) {
             "zero (new Qs)",
             s.rank_arrays.size(), comm_.size()));
       }
-      p->restore({}, iter, s.hook_iter >= 0 ? s.hook_rng : static_cast<std::int64_t>(cfg_.seed));
+      p->restore(
+          {}, iter,
+          s.hook_iter >= 0 ? s.hook_rng : static_cast<std::int64_t>(opt_.gradients.powersgd.seed));
     }
   }
   if (s.world_size != comm_.size()) {
@@ -85,7 +87,7 @@ TrainingState Trainer::state() const {
   s.epoch = epoch_;
   s.sample_offset = offset_;
   s.world_size = comm_.size();
-  s.seed = cfg_.seed;
+  s.seed = opt_.schedule.seed;
   s.config_json = stored_config_;
   s.program_version = kVersion;
   s.run_id = run_id_;
@@ -107,13 +109,13 @@ TrainingState Trainer::state() const {
   s.num_batches_tracked.assign(model.num_batches_tracked().begin(),
                                model.num_batches_tracked().end());
   s.optimizer_steps = sgd_.steps_taken();
-  s.lr_schedule = name_in(kLrScheduleNames, cfg_.lr_schedule);
-  s.base_lr = cfg_.lr;
+  s.lr_schedule = name_in(kLrScheduleNames, opt_.optimizer.lr.schedule);
+  s.base_lr = opt_.optimizer.lr.base_lr;
   s.last_lr = last_lr_;
-  s.momentum_factor = cfg_.momentum;
-  s.dampening = cfg_.dampening;
-  s.weight_decay = cfg_.weight_decay;
-  s.nesterov = cfg_.nesterov;
+  s.momentum_factor = opt_.optimizer.sgd.momentum;
+  s.dampening = opt_.optimizer.sgd.dampening;
+  s.weight_decay = opt_.optimizer.sgd.weight_decay;
+  s.nesterov = opt_.optimizer.sgd.nesterov;
   if (PowerSgd* p = reducer_->powersgd()) {
     s.hook_iter = p->iter();
     s.hook_rng = p->rng_state();
@@ -142,7 +144,7 @@ RunTotals Trainer::totals() const {
 }
 
 void Trainer::consider_best(const EvalResult& e) {
-  if (!cfg_.keep_best || e.top1 <= best_top1_) return;  // a tie keeps the earlier one
+  if (!opt_.checkpoint.keep_best || e.top1 <= best_top1_) return;  // a tie keeps the earlier one
   best_top1_ = e.top1;
   best_step_ = step_;
   best_due_ = true;
@@ -189,7 +191,7 @@ void Trainer::checkpoint(const char* why, bool preemption) {
     TrainingState s = state();
     s.rank_arrays = std::move(hook_state);
     try {
-      path = save_checkpoint(cfg_.checkpoint_dir, s, layout_);
+      path = save_checkpoint(opt_.checkpoint.dir, s, layout_);
     } catch (const UserError& e) {
       if (e.exit_code() != kExitTrainingDiverged) throw;
       throw UserError(fmt::format("training diverged by step {} (lr {:g}): {}. {}", step_, last_lr_,
@@ -197,21 +199,23 @@ void Trainer::checkpoint(const char* why, bool preemption) {
                       kExitTrainingDiverged);
     }
     // --keep-best: its second name first, so that retention cannot rotate it away.
-    if (best_here) best = keep_as_best(cfg_.checkpoint_dir, path);
+    if (best_here) best = keep_as_best(opt_.checkpoint.dir, path);
     if (preemption) {
-      const std::string replaced = roll_preemption_checkpoint(cfg_.checkpoint_dir, path);
+      const std::string replaced = roll_preemption_checkpoint(opt_.checkpoint.dir, path);
       if (!replaced.empty()) log_.info("preemption checkpoint replaces " + replaced);
     }
     // Retention within this run's lineage only (another run's files are never deleted), up to
     // this step: the lineage's later files, of steps a resume from an older checkpoint replaces,
     // are neither counted nor deleted (this run overwrites them when it reaches their steps).
-    const Retention kept = prune_checkpoints(cfg_.checkpoint_dir, cfg_.keep, run_id_, step_);
+    const Retention kept =
+        prune_checkpoints(opt_.checkpoint.dir, opt_.checkpoint.keep, run_id_, step_);
     if (!kept.foreign.empty() && !foreign_reported_) {
       foreign_reported_ = true;
       log_.info(fmt::format(
           "checkpoints: {} file(s) in {} belong to another run or an older mnist_ddp (e.g. {}): "
           "--keep {} counts and deletes only this run's (run id {})",
-          kept.foreign.size(), cfg_.checkpoint_dir, kept.foreign.front(), cfg_.keep, run_id_));
+          kept.foreign.size(), opt_.checkpoint.dir, kept.foreign.front(), opt_.checkpoint.keep,
+          run_id_));
     }
   });
   last_checkpoint_step_ = step_;

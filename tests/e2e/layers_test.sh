@@ -1,17 +1,18 @@
 #!/usr/bin/env bash
 # layers_test.sh — the folders of src/ and include/mnist_ddp/ are layers that only look down
-# (docs/DESIGN.md §2): app on top, then train, checkpoint, comm, model, ops, data, launch and
-# process, diagnostics, and base (the vocabulary every layer shares) at the bottom; stub/ stands
+# (docs/DESIGN.md §2): app on top, then train, checkpoint, comm, model, ops, data, launch, process
+# and trace (the timeline), diagnostics, and base (the vocabulary every layer shares) at the bottom; stub/ stands
 # in for the CUDA plugin and may see everything. A file that includes a header of a higher layer fails this test, as does a
 # public header (include/mnist_ddp/) that includes a private one (src/). An inclusion that must
 # wait for its fix goes in `waiting` with what removes it (none wait now); the list may only shrink.
-# And no source file of src/ or include/ is over 700 lines (a reader's limit: split by concern).
+# The run's Config is read by app/ only. And no source file of src/ or include/ is over 700 lines
+# (a reader's limit: split by concern).
 source "$(dirname "$0")/lib.sh"
 cd "$REPO" || exit 1
 
 report=$(python3 - <<'PY'
 import glob, re, sys
-rank = {"base": 0, "diagnostics": 1, "launch": 2, "process": 2, "data": 3, "ops": 4, "model": 5,
+rank = {"base": 0, "diagnostics": 1, "launch": 2, "process": 2, "trace": 2, "data": 3, "ops": 4, "model": 5,
         "comm": 6, "checkpoint": 7, "train": 8, "app": 9, "stub": 10}
 # Inclusions not yet removed (issue 47): "file -> header": what removes it.
 waiting = {
@@ -57,6 +58,18 @@ if [[ -z "$problems" ]]; then
   pass "layers_only_look_down ($summary)"
 else
   fail "layers_only_look_down ($summary)" "$problems"
+fi
+
+# The run's Config is the app layer's: below it, code takes the option structs app builds
+# (app/run_options.hpp). Comments may name it.
+config_below=$(grep -rnw --include='*.cpp' --include='*.hpp' --include='*.cu' --include='*.cuh' \
+  'Config' src include | grep -v '^src/app/\|^include/mnist_ddp/app/\|^src/stub/' |
+  grep -v '^[^:]*:[0-9]*:\s*//')
+if [[ -z "$config_below" ]]; then
+  pass "only_app_reads_the_run_config"
+else
+  fail "only_app_reads_the_run_config (take an option struct built by app/run_options.cpp)" \
+    "$config_below"
 fi
 
 long=$(find src include -type f \( -name '*.cpp' -o -name '*.hpp' -o -name '*.cu' -o -name '*.cuh' \) \

@@ -13,6 +13,7 @@
 
 #include "../common/compare.hpp"
 #include "mnist_ddp/app/comm_plan.hpp"
+#include "mnist_ddp/app/run_options.hpp"
 #include "mnist_ddp/base/rng.hpp"
 #include "mnist_ddp/checkpoint/checkpoint.hpp"
 #include "mnist_ddp/checkpoint/store.hpp"
@@ -52,7 +53,7 @@ TEST(Ddp, ReplicasStayBitwiseIdentical) {
   Logger log(r, temp_log_dir(), false);
   ops->load_dataset(Ops::kTrain, data.train);
   ops->load_dataset(Ops::kTest, data.test);
-  Trainer t(cfg, config_json(cfg),
+  Trainer t(train_options(cfg), config_json(cfg),
             TrainerComms{world(), world(), plan_communication(cfg, Device::Cpu, world().size())},
             *ops, model, data, log);
   EXPECT_EQ(t.run().steps, 5);

@@ -21,10 +21,10 @@
 #include "mnist_ddp/comm/compress.hpp"
 #include "mnist_ddp/comm/reducer.hpp"
 #include "mnist_ddp/diagnostics/check.hpp"
-#include "mnist_ddp/diagnostics/trace.hpp"
 #include "mnist_ddp/launch/device.hpp"
 #include "mnist_ddp/model/optimizer.hpp"
 #include "mnist_ddp/ops/ops.hpp"
+#include "mnist_ddp/trace/trace.hpp"
 #include "test_util.hpp"
 
 namespace mnist_ddp {

@@ -1,7 +1,7 @@
 // trace_test.cpp — the timeline's recording: the --trace-steps window, which steps are kept,
 // spans and their arguments, graph templates replayed with fresh stamps, a failed capture's
 // spans forgotten, host spans and instants, and the Chrome trace-event JSON of one rank.
-#include "mnist_ddp/diagnostics/trace.hpp"
+#include "mnist_ddp/trace/trace.hpp"
 
 #include <gtest/gtest.h>
 
@@ -9,7 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
-#include "mnist_ddp/app/trace_output.hpp"
+#include "mnist_ddp/trace/trace_file.hpp"
 
 namespace mnist_ddp {
 namespace {

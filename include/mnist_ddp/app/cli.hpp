@@ -1,4 +1,4 @@
-// cli.hpp — the command line of the run configuration (base/options.hpp: Config). One CLI11 table
+// cli.hpp — the command line of the run configuration (config.hpp: Config). One CLI11 table
 // drives parsing, --help, --config's TOML and the stored configuration, so the usage text cannot
 // drift from the parser.
 #pragma once
@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "mnist_ddp/base/options.hpp"
+#include "mnist_ddp/app/config.hpp"
 #include "mnist_ddp/base/version.hpp"
 
 namespace mnist_ddp {

@@ -6,10 +6,10 @@
 #include <cstdint>
 
 #include "mnist_ddp/app/cli.hpp"
-#include "mnist_ddp/app/trace_output.hpp"
 #include "mnist_ddp/comm/comm.hpp"
 #include "mnist_ddp/data/dataset.hpp"
 #include "mnist_ddp/diagnostics/log.hpp"
+#include "mnist_ddp/trace/trace_file.hpp"
 
 namespace mnist_ddp {
 

@@ -2,11 +2,12 @@
 // can fail on some ranks, a bad flag or a file unreadable on one node, is followed by one small
 // all-reduce, so every rank learns that the job must stop, exactly one rank prints the message,
 // and nobody is left waiting in a collective), a stop signal received by any rank, and every
-// rank's placement.
+// rank's placement (and any rank's string).
 #pragma once
 
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "mnist_ddp/comm/comm.hpp"
 #include "mnist_ddp/launch/placement.hpp"
@@ -35,5 +36,8 @@ int agree_stop_signal(Comm& comm);
 
 // Collective: every rank's placement record (one allgather), in rank order.
 std::vector<RankPlacement> gather_placements(Comm& comm, const RankPlacement& mine);
+
+// Collective: every rank's string, in rank order, on every rank (any lengths).
+std::vector<std::string> gather_strings(Comm& comm, const std::string& mine);
 
 }  // namespace mnist_ddp

@@ -6,9 +6,9 @@
 
 #include <cstdint>
 #include <span>
+#include "mnist_ddp/base/choices.hpp"
 #include "mnist_ddp/base/enum_names.hpp"
 #include "mnist_ddp/base/half.hpp"
-#include "mnist_ddp/base/options.hpp"
 
 namespace mnist_ddp {
 

@@ -10,8 +10,8 @@
 #include <memory>
 #include <vector>
 
+#include "mnist_ddp/base/choices.hpp"
 #include "mnist_ddp/base/enum_names.hpp"
-#include "mnist_ddp/base/options.hpp"
 #include "mnist_ddp/comm/comm.hpp"
 #include "mnist_ddp/comm/compress.hpp"
 #include "mnist_ddp/comm/hooks.hpp"

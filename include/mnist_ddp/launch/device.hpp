@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "mnist_ddp/base/choices.hpp"
 #include "mnist_ddp/base/enum_names.hpp"
-#include "mnist_ddp/base/options.hpp"
 
 namespace mnist_ddp {
 

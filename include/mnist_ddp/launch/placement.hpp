@@ -32,6 +32,9 @@ RankPlacement decode_placement(std::span<const std::uint64_t> words);
 //   #    0      0  node1  4242   cpu
 std::string placement_table(std::span<const RankPlacement> all);
 
+// Every rank's host, in rank order (the timeline's process names).
+std::vector<std::string> hosts_of(std::span<const RankPlacement> all);
+
 // NCCL needs each rank on its own GPU, which only a comparison across ranks can establish (two
 // ranks may each see "GPU 0" and still be one device): the first two ranks on the same host with
 // the same device (PCI bus id) are a UserError naming them and the fix.

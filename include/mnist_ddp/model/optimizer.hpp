@@ -6,8 +6,8 @@
 #include <span>
 #include <string>
 
+#include "mnist_ddp/base/choices.hpp"
 #include "mnist_ddp/base/enum_names.hpp"
-#include "mnist_ddp/base/options.hpp"
 #include "mnist_ddp/model/tensor.hpp"
 #include "mnist_ddp/ops/ops.hpp"
 

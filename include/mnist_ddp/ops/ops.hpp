@@ -20,13 +20,13 @@
 #include <string>
 
 #include "mnist_ddp/base/amp_mode.hpp"
+#include "mnist_ddp/base/choices.hpp"
 #include "mnist_ddp/base/dtype.hpp"
 #include "mnist_ddp/base/enum_names.hpp"
-#include "mnist_ddp/base/options.hpp"
 #include "mnist_ddp/data/dataset.hpp"
-#include "mnist_ddp/diagnostics/trace.hpp"
 #include "mnist_ddp/launch/device.hpp"
 #include "mnist_ddp/ops/op_params.hpp"
+#include "mnist_ddp/trace/trace.hpp"
 
 namespace mnist_ddp {
 

@@ -10,11 +10,11 @@
 
 #include <nlohmann/json.hpp>
 
-#include "mnist_ddp/base/options.hpp"
 #include "mnist_ddp/comm/reducer.hpp"
 #include "mnist_ddp/diagnostics/log.hpp"
 #include "mnist_ddp/train/step_phases.hpp"
 #include "mnist_ddp/train/straggler.hpp"
+#include "mnist_ddp/train/train_options.hpp"
 
 namespace mnist_ddp {
 
@@ -76,7 +76,9 @@ struct CommFigures {
 
 class Reporter {
  public:
-  Reporter(const Config& cfg, Logger& log) : cfg_(cfg), log_(log) {}
+  // schedule, gradients: what the lines name (epochs, micro-batches, overlap, compression).
+  Reporter(const ScheduleOptions& schedule, const GradientOptions& gradients, Logger& log)
+      : schedule_(schedule), gradients_(gradients), log_(log) {}
   // The live progress line (a TTY only).
   void progress(const StepPosition& at, double window_loss, double images_per_s, double eta_s);
   void train_window(const StepPosition& at, const WindowFigures& w);
@@ -104,7 +106,8 @@ class Reporter {
   void node_table(const std::vector<NodeRow>& rows, double threshold);
 
  private:
-  const Config& cfg_;
+  ScheduleOptions schedule_;
+  GradientOptions gradients_;
   Logger& log_;
 };
 

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "mnist_ddp/base/enum_names.hpp"
-#include "mnist_ddp/diagnostics/trace.hpp"
+#include "mnist_ddp/trace/trace.hpp"
 
 namespace mnist_ddp {
 

@@ -13,16 +13,10 @@
 #include <string>
 #include <vector>
 
-#include "mnist_ddp/base/options.hpp"
 #include "mnist_ddp/comm/comm.hpp"
 #include "mnist_ddp/train/step_phases.hpp"
 
 namespace mnist_ddp {
-
-// Before training step `step`: where the configuration names this rank (comm.rank()) and the step
-// is 3, hangs forever, exits with status 1 (without MPI_Finalize), or issues one extra
-// collective on comm; otherwise returns.
-void debug_seams_before_step(const Config& cfg, Comm& comm, std::int64_t step);
 
 // --debug-slow RANK:PHASE:MS: that rank sleeps MS milliseconds at the end of PHASE every step (a
 // straggler whose slowness the all-reduce would otherwise spread over every rank).
@@ -32,6 +26,21 @@ struct DebugSlow {
   double ms = 0;
 };
 std::optional<DebugSlow> parse_debug_slow(const std::string& text);
+
+// The seams a run's flags set (all off by default).
+struct SeamOptions {
+  int hang_rank = -1;             // --debug-hang-rank
+  int exit_rank = -1;             // --debug-exit-rank
+  int desync_rank = -1;           // --debug-desync-rank
+  std::optional<DebugSlow> slow;  // --debug-slow
+  std::string sample_log;         // --debug-sample-log DIR ("": off)
+  bool fail_capture = false;      // --debug-fail-capture
+};
+
+// Before training step `step`: where the seams name this rank (comm.rank()) and the step is 3,
+// hangs forever, exits with status 1 (without MPI_Finalize), or issues one extra collective on
+// comm; otherwise returns.
+void debug_seams_before_step(const SeamOptions& seams, Comm& comm, std::int64_t step);
 // At the end of phase p on this rank: the delay, where the seam names them.
 void debug_slow_phase(const DebugSlow& slow, int rank, Phase p);
 

@@ -10,7 +10,6 @@
 #include <vector>
 
 #include "mnist_ddp/base/amp_mode.hpp"
-#include "mnist_ddp/base/options.hpp"
 #include "mnist_ddp/checkpoint/checkpoint.hpp"
 #include "mnist_ddp/comm/comm.hpp"
 #include "mnist_ddp/comm/comm_plan.hpp"
@@ -29,6 +28,7 @@
 #include "mnist_ddp/train/stopwatch.hpp"
 #include "mnist_ddp/train/straggler.hpp"
 #include "mnist_ddp/train/test_seams.hpp"
+#include "mnist_ddp/train/train_options.hpp"
 
 namespace mnist_ddp {
 
@@ -81,12 +81,14 @@ inline constexpr std::int64_t kGpuPhaseSampleEvery = 50;
 
 class Trainer {
  public:
+  // options: the settings it uses (train_options.hpp; app/run_options.hpp builds them).
   // stored_config: the configuration every checkpoint records (the app layer's config_json of
-  // cfg: what resume compares and --write-config --resume writes back). comms: its communicators
-  // and their plan. The data splits must already be loaded into ops (Ops::load_dataset). tracer:
-  // the timeline (trace.hpp; the model's and the Reducer's spans too), outliving the trainer.
-  Trainer(const Config& cfg, std::string stored_config, const TrainerComms& comms, Ops& ops,
-          ConvNet& model, const DataSplit& data, Logger& log, Tracer* tracer = nullptr);
+  // its Config: what resume compares and --write-config --resume writes back). comms: its
+  // communicators and their plan. The data splits must already be loaded into ops
+  // (Ops::load_dataset). tracer: the timeline (trace.hpp; the model's and the Reducer's spans too),
+  // outliving the trainer.
+  Trainer(const TrainOptions& options, std::string stored_config, const TrainerComms& comms,
+          Ops& ops, ConvNet& model, const DataSplit& data, Logger& log, Tracer* tracer = nullptr);
   ~Trainer();
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;
@@ -152,7 +154,7 @@ class Trainer {
   void checkpoint(const char* why, bool preemption = false);
   // Collective: every rank's gradient-hook state (PowerSGD), indexed by rank; empty if none.
   std::vector<std::vector<std::pair<std::string, std::vector<float>>>> gather_hook_state();
-  const Config& cfg_;
+  TrainOptions opt_;  // a copy: the learning rate's total_steps is set here
   Comm& comm_;
   Comm& data_comm_;
   Comm* local_comm_;
@@ -166,7 +168,6 @@ class Trainer {
   Sgd sgd_;
   std::unique_ptr<Reducer> reducer_;    // the gradient all-reduces (host or device memory)
   Comm* bucket_comm_ = nullptr;         // where the Reducer reduces until post-local SGD
-  LocalSgdSchedule local_sgd_;          // post-local SGD's schedule (off: start -1)
   std::unique_ptr<StepGraphs> graphs_;  // GPU with a capturable data communicator
   struct StepSnapshot {                 // capture_hooks(): host state before a capture
     Reducer::Mark reducer;
@@ -178,7 +179,6 @@ class Trainer {
   std::int64_t skipped_steps_ = 0;      // --amp fp16: steps skipped on inf/NaN in this run
   std::int64_t replays_ = 0;            // steps run as a graph replay (for the summary line)
   BnSync bn_sync_;                      // --sync-bn exchanges (set on ops_ while alive)
-  LrConfig lr_;
   CheckpointLayout layout_;
   std::int64_t steps_per_epoch_ = 0;
   std::int64_t total_steps_ = 0;
@@ -199,8 +199,6 @@ class Trainer {
   std::int64_t best_step_ = -1;
   bool best_due_ = false;  // best_step_'s checkpoint is not yet kept as the best
   std::unique_ptr<StragglerMonitor> stragglers_;  // watch_stragglers(); null: off
-  std::int64_t straggler_every_ = 0;              // steps per window
-  std::optional<DebugSlow> debug_slow_;           // --debug-slow (a test seam)
   Stopwatch clock_;           // training time of this run (no evaluation, no checkpoints)
   StepPhases phases_;         // where each step's time goes (the epoch's medians)
   bool time_phases_ = false;  // host clocks time the step: the CPU backend

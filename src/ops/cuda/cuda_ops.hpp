@@ -34,9 +34,9 @@
 #include "diagnostics/cuda/cuda_check.hpp"
 #include "mnist_ddp/diagnostics/check.hpp"
 #include "mnist_ddp/ops/ops.hpp"
-#include "ops/cuda/device_stamps.hpp"
 #include "ops/cuda/direct_conv.cuh"
 #include "ops/cuda/kernels.cuh"
+#include "trace/cuda/device_stamps.hpp"
 
 namespace mnist_ddp::cuda_ops {
 

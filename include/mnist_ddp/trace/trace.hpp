@@ -1,7 +1,7 @@
 // trace.hpp — the timeline (--trace): spans on two tracks per rank (compute: step, data, forward
 // and backward per layer, loss, the exposed wait for the gradients, the optimizer, evaluation,
 // checkpoints; communication: every bucket's all-reduce from launch to completion) in a bounded
-// window of steps (--trace-steps), written as one Chrome trace-event file (trace_output.hpp).
+// window of steps (--trace-steps), written as one Chrome trace-event file (trace_file.hpp).
 //
 // A span's ends are stamps of a StampClock: host time on the CPU; on a GPU, CUDA events on the
 // compute stream (recorded as graph nodes while a step is captured, so graph replays are timed

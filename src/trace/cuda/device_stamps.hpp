@@ -6,7 +6,7 @@
 
 #include <memory>
 
-#include "mnist_ddp/diagnostics/trace.hpp"
+#include "mnist_ddp/trace/trace.hpp"
 
 namespace mnist_ddp {
 

@@ -1,5 +1,5 @@
 // trace_output.cpp — gathering the ranks' trace events and writing the Chrome trace file.
-#include "mnist_ddp/app/trace_output.hpp"
+#include "mnist_ddp/trace/trace_file.hpp"
 
 #include <fmt/format.h>
 #include <unistd.h>
@@ -12,7 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
-#include "mnist_ddp/comm/agree.hpp"
+#include "mnist_ddp/base/version.hpp"
 #include "mnist_ddp/diagnostics/check.hpp"
 
 namespace mnist_ddp {
@@ -21,26 +21,6 @@ namespace {
 std::string folder_of(const std::string& path) {
   const std::string parent = std::filesystem::path(path).parent_path().string();
   return parent.empty() ? "." : parent;
-}
-
-// Collective: every rank's string, in rank order, on every rank (lengths first, then the bytes
-// in 8-byte words padded to the longest).
-std::vector<std::string> allgather_strings(Comm& comm, const std::string& mine) {
-  const auto n = static_cast<std::size_t>(comm.size());
-  std::vector<std::uint64_t> lengths(n);
-  const std::uint64_t my_length = mine.size();
-  comm.allgather(std::span<const std::uint64_t>(&my_length, 1), lengths);
-  const std::uint64_t longest = *std::max_element(lengths.begin(), lengths.end());
-  const std::size_t words = static_cast<std::size_t>((longest + 7) / 8);
-  std::vector<std::uint64_t> send(words, 0), recv(words * n, 0);
-  std::memcpy(send.data(), mine.data(), mine.size());
-  comm.allgather(std::span<const std::uint64_t>(send), recv);
-  std::vector<std::string> out(n);
-  for (std::size_t r = 0; r < n; ++r) {
-    out[r].assign(reinterpret_cast<const char*>(recv.data() + r * words),
-                  static_cast<std::size_t>(lengths[r]));
-  }
-  return out;
 }
 
 nlohmann::json args_of(const TraceEvent& e) {
@@ -56,28 +36,22 @@ nlohmann::json args_of(const TraceEvent& e) {
 
 }  // namespace
 
-void check_trace_file(Comm& control, const std::string& path) {
-  // Collective (agreement): a trace that cannot be written must not cost a whole run first.
-  run_agreed(control, [&] {
-    if (control.rank() != 0) return;
-    const std::string dir = folder_of(path);
-    if (std::filesystem::is_directory(path)) {
-      throw UserError(fmt::format("--trace {}: is a folder; give a file name (e.g. {}/trace.json)",
-                                  path, path));
-    }
-    if (!std::filesystem::is_directory(dir)) {
-      throw UserError(
-          fmt::format("--trace {}: folder {} does not exist; create it or write the "
-                      "trace elsewhere",
-                      path, dir));
-    }
-    if (::access(dir.c_str(), W_OK) != 0) {
-      throw UserError(
-          fmt::format("--trace {}: folder {} is not writable ({}); write the trace "
-                      "elsewhere",
-                      path, dir, std::strerror(errno)));
-    }
-  });
+void check_trace_path(const std::string& path) {
+  const std::string dir = folder_of(path);
+  if (std::filesystem::is_directory(path)) {
+    throw UserError(
+        fmt::format("--trace {}: is a folder; give a file name (e.g. {}/trace.json)", path, path));
+  }
+  if (!std::filesystem::is_directory(dir)) {
+    throw UserError(fmt::format(
+        "--trace {}: folder {} does not exist; create it or write the trace elsewhere", path, dir));
+  }
+  if (::access(dir.c_str(), W_OK) != 0) {
+    throw UserError(
+        fmt::format("--trace {}: folder {} is not writable ({}); write the trace "
+                    "elsewhere",
+                    path, dir, std::strerror(errno)));
+  }
 }
 
 std::string trace_events_json(const std::vector<TraceEvent>& events, int rank,
@@ -131,7 +105,8 @@ std::string trace_events_json(const std::vector<TraceEvent>& events, int rank,
   return out.dump();
 }
 
-std::string trace_other_data(const Config& cfg, const TraceWindow& window, int world_size) {
+std::string trace_other_data(const std::string& config_json, const TraceWindow& window,
+                             int world_size) {
   return nlohmann::json{{"program", "mnist_ddp"},
                         {"version", kVersion},
                         {"world_size", world_size},
@@ -139,36 +114,36 @@ std::string trace_other_data(const Config& cfg, const TraceWindow& window, int w
                         {"time_unit",
                          "microseconds since the earliest rank started its timeline (ranks "
                          "aligned by their wall clocks)"},
-                        {"config", nlohmann::json::parse(config_json(cfg))}}
+                        {"config", nlohmann::json::parse(config_json)}}
       .dump();
 }
 
-TraceFile trace_file(Tracer& tracer, const Config& cfg, std::int64_t first_step,
-                     std::int64_t total_steps, std::vector<RankPlacement> ranks, int world_size) {
-  if (cfg.trace_steps.empty()) tracer.set_window(default_trace_window(first_step, total_steps));
-  return TraceFile{tracer, cfg.trace, std::move(ranks),
-                   trace_other_data(cfg, tracer.window(), world_size)};
+TraceFile trace_file(Tracer& tracer, std::string path, bool window_given, std::int64_t first_step,
+                     std::int64_t total_steps, std::vector<std::string> hosts,
+                     const std::string& config_json) {
+  if (!window_given) tracer.set_window(default_trace_window(first_step, total_steps));
+  const int world_size = static_cast<int>(hosts.size());
+  return TraceFile{tracer, std::move(path), std::move(hosts),
+                   trace_other_data(config_json, tracer.window(), world_size)};
 }
 
-void write_trace(Comm& control, const TraceFile& file) {
+void write_trace(const TraceFile& file, const TraceCollectives& collectives) {
   const std::string& path = file.path;
-  const std::vector<RankPlacement>& ranks = file.ranks;
-  const int rank = control.rank();
-  const std::string host = static_cast<std::size_t>(rank) < ranks.size()
-                               ? ranks[static_cast<std::size_t>(rank)].host
+  const int rank = collectives.rank;
+  const std::string host = static_cast<std::size_t>(rank) < file.hosts.size()
+                               ? file.hosts[static_cast<std::size_t>(rank)]
                                : "?";
   // Collective: every rank's wall-clock origin; the job's timeline starts at the earliest, and
   // each rank's times move by how much later its own clock started.
-  std::vector<double> origins(static_cast<std::size_t>(control.size()));
   const double mine = file.tracer.origin_unix_us();
-  control.allgather(std::span<const double>(&mine, 1), origins);
+  const std::vector<double> origins = collectives.gather_doubles(mine);
   const double shift = mine - *std::min_element(origins.begin(), origins.end());
   // Collective: the events of every rank reach rank 0 (all of them, to keep the Comm interface to
   // allgather; a trace window is small).
   const std::vector<std::string> all =
-      allgather_strings(control, trace_events_json(file.tracer.events(), rank, host, shift));
+      collectives.gather_strings(trace_events_json(file.tracer.events(), rank, host, shift));
   // Collective (agreement): every rank learns whether rank 0 could write the file.
-  run_agreed(control, [&] {
+  collectives.agreed([&] {
     if (rank != 0) return;
     const std::string tmp = fmt::format("{}.tmp-{}", path, ::getpid());
     std::FILE* f = std::fopen(tmp.c_str(), "w");

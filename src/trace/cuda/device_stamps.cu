@@ -11,7 +11,7 @@
 // made (the origin), again whenever the last one is over a second old. cudaEventElapsedTime
 // gives float milliseconds (a 24-bit mantissa: 0.25 ms steps an hour from the origin), so
 // offsets from a recent anchor keep sub-microsecond precision however long the run.
-#include "ops/cuda/device_stamps.hpp"
+#include "trace/cuda/device_stamps.hpp"
 
 #include <nvtx3/nvToolsExt.h>
 

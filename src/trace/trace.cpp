@@ -1,6 +1,6 @@
 // trace.cpp — the timeline's recording: the window, host stamps, spans and their templates for
 // graph replays.
-#include "mnist_ddp/diagnostics/trace.hpp"
+#include "mnist_ddp/trace/trace.hpp"
 
 #include <algorithm>
 #include <charconv>

@@ -1,0 +1,52 @@
+// choices.hpp — the enums the run's flags choose between, with their names (the device, the CPU
+// kernels, the learning-rate schedule, the gradient compression, the overlap engine, progress
+// lines, the communicator): vocabulary the layers' option structs are written in (app/config.hpp's
+// Config holds the flags' values; app/run_options.hpp hands each layer the part it uses).
+#pragma once
+
+#include <array>
+
+#include "mnist_ddp/base/enum_names.hpp"
+
+namespace mnist_ddp {
+
+enum class DeviceChoice { Cpu, Cuda, Auto };
+inline constexpr std::array<NameOf<DeviceChoice>, 3> kDeviceChoiceNames{
+    {{DeviceChoice::Cpu, "cpu"}, {DeviceChoice::Cuda, "cuda"}, {DeviceChoice::Auto, "auto"}}};
+
+enum class CpuKernels { OneDnn, Reference };
+inline constexpr std::array<NameOf<CpuKernels>, 2> kCpuKernelsNames{
+    {{CpuKernels::OneDnn, "onednn"}, {CpuKernels::Reference, "reference"}}};
+
+enum class LrSchedule { Constant, Step, Cosine };
+inline constexpr std::array<NameOf<LrSchedule>, 3> kLrScheduleNames{
+    {{LrSchedule::Constant, "constant"},
+     {LrSchedule::Step, "step"},
+     {LrSchedule::Cosine, "cosine"}}};
+
+// PowerSgd* are PowerSGD hooks (powersgd.hpp); the others are the 16-bit casts.
+enum class Compression { None, Fp16, Bf16, PowerSgd, PowerSgdFp16, BatchedPowerSgdFp16 };
+inline constexpr std::array<NameOf<Compression>, 6> kCompressionNames{
+    {{Compression::None, "none"},
+     {Compression::Fp16, "fp16"},
+     {Compression::Bf16, "bf16"},
+     {Compression::PowerSgd, "powersgd"},
+     {Compression::PowerSgdFp16, "powersgd_fp16"},
+     {Compression::BatchedPowerSgdFp16, "batched_powersgd_fp16"}}};
+
+// How a bucket's all-reduce progresses while backward runs (CPU): Test: a non-blocking
+// MPI_Iallreduce that MPI advances inside the MPI_Test calls made from backward's layer-ready
+// callbacks; Thread: a communication thread runs a blocking all-reduce per bucket on its own
+// communicator (threaded_comm.hpp; needs MPI_THREAD_MULTIPLE).
+enum class OverlapEngine { Test, Thread };
+inline constexpr std::array<NameOf<OverlapEngine>, 2> kOverlapEngineNames{
+    {{OverlapEngine::Test, "test"}, {OverlapEngine::Thread, "thread"}}};
+
+enum class Progress { Auto, On, Off };
+inline constexpr std::array<NameOf<Progress>, 3> kProgressNames{
+    {{Progress::Auto, "auto"}, {Progress::On, "on"}, {Progress::Off, "off"}}};
+enum class CommChoice { Auto, Nccl, Mpi };
+inline constexpr std::array<NameOf<CommChoice>, 3> kCommChoiceNames{
+    {{CommChoice::Auto, "auto"}, {CommChoice::Nccl, "nccl"}, {CommChoice::Mpi, "mpi"}}};
+
+}  // namespace mnist_ddp
