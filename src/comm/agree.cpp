@@ -1,5 +1,5 @@
 // agree.cpp — what all ranks agree on (agree.hpp): one all-reduce decides whether the job goes
-// on; the stop signal; every rank's placement.
+// on; the stop signal; every rank's placement; any string from every rank.
 #include "mnist_ddp/comm/agree.hpp"
 
 #include <fmt/format.h>

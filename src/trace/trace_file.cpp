@@ -1,4 +1,4 @@
-// trace_output.cpp — gathering the ranks' trace events and writing the Chrome trace file.
+// trace_file.cpp — gathering the ranks' trace events and writing the Chrome trace file.
 #include "mnist_ddp/trace/trace_file.hpp"
 
 #include <fmt/format.h>

@@ -26,7 +26,7 @@ struct ScheduleOptions {
   int batch_size = 100;        // per rank and micro-batch
   int accumulate = 1;          // micro-batches per optimizer step
   int eval_batch_size = 500;   // per rank
-  std::uint64_t seed = 42;     // the sampler's shuffle (and PowerSGD's generator)
+  std::uint64_t seed = 42;     // the sampler's shuffle; recorded in checkpoints
   bool shuffle = true;
   bool drop_last = false;
 };
