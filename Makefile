@@ -105,7 +105,7 @@ MAIN_SEAM_OBJ := $(BUILD)/$(LOADER_SRC:.cpp=.o)
 CUDA_LIBDIRS := $(sort $(CUDA_HOME)/lib64 $(CUDNN_HOME)/lib64 $(NCCL_HOME)/lib64)
 CUDA_LIBS := $(foreach d,$(CUDA_LIBDIRS),-L$(d) -Wl,-rpath,$(d)) -lcudnn -lcublas -lnccl -lcudart -ldl
 CUDA_INCLUDES := $(sort -I$(CUDA_HOME)/include -I$(CUDNN_HOME)/include -I$(NCCL_HOME)/include)
-NVCCFLAGS ?= -O3 -std=c++20 $(CUDA_ARCH) -lineinfo
+NVCCFLAGS ?= -O3 -std=c++20 $(CUDA_ARCH) -lineinfo --expt-relaxed-constexpr
 else
 LIB_SRCS := $(filter-out src/app/main.cpp $(LOADER_SRC),$(wildcard src/*/*.cpp src/*/*/*.cpp))
 CUDA_PLUGIN :=

@@ -68,6 +68,7 @@ all_variants=(
   "pt_eager_amp_bf16|pt|--amp bf16"
   "graphs_tf32|md|"
   "eager_tf32|md|--cuda-graphs off"
+  "graphs_tf32_own|md|--gpu-kernels own"
   "graphs_fp32|md|--tf32 off"
   "eager_fp32|md|--cuda-graphs off --tf32 off"
   "graphs_amp_fp16|md|--amp fp16"

@@ -20,6 +20,7 @@ LABELS = {  # name: (label, precision), in the table's order
     "pt_eager_amp_bf16": ("PyTorch DDP eager autocast bf16", "bf16"),
     "graphs_tf32": ("mnist_ddp graphs TF32 (default)", "tf32"),
     "eager_tf32": ("mnist_ddp eager TF32", "tf32"),
+    "graphs_tf32_own": ("mnist_ddp graphs TF32 --gpu-kernels own", "tf32"),
     "graphs_fp32": ("mnist_ddp graphs FP32", "fp32"),
     "eager_fp32": ("mnist_ddp eager FP32", "fp32"),
     "graphs_amp_fp16": ("mnist_ddp graphs --amp fp16", "fp16"),

@@ -466,7 +466,8 @@ first_step() {
     unit_gpu) step unit_gpu 45 gtest build/tests/unit_tests --gtest_color=no --gtest_filter='Gpu*' ;;
     nccl_np1) step nccl_np1 30 gtest mpirun -np 1 build/tests/mpi_tests --gtest_color=no --gtest_filter='Nccl.*' ;;
     gpuddp_np2) step gpuddp_np2 45 gtest mpirun -np 2 build/tests/mpi_tests --gtest_color=no --gtest_filter='GpuDdp.*' ;;
-    graphs_bitwise) step graphs_bitwise 60 tap env GPU_TEST_CASES=graphs_one_epoch MNIST_DDP_E2E_KEEP="$LOGS/e2e" bash tests/e2e/gpu_test.sh ;;
+    # With --gpu-kernels own's epoch pair too (graphs == eager, top-1 against this FP32 epoch).
+    graphs_bitwise) step graphs_bitwise 80 tap env GPU_TEST_CASES=graphs_one_epoch,own_kernels MNIST_DDP_E2E_KEEP="$LOGS/e2e" bash tests/e2e/gpu_test.sh ;;
     trace_nccl) step trace_nccl 40 tap env GPU_TEST_CASES=trace MNIST_DDP_E2E_KEEP="$LOGS/e2e" bash tests/e2e/gpu_test.sh ;;
     # The FP32 reference is graphs_bitwise's when it ran (empty if it failed: amp then says so
     # rather than spend its budget on two more FP32 epochs); alone, amp runs that epoch itself.
@@ -476,7 +477,7 @@ first_step() {
            step amp 90 tap env GPU_TEST_CASES=amp MNIST_DDP_E2E_KEEP="$LOGS/e2e" bash tests/e2e/gpu_test.sh
          fi ;;
     # graphs_fp32 (--tf32 off): the top-1 target is against the CPU run, which is full FP32.
-    speed_mnist_ddp) speed_step speed_mnist_ddp 140 graphs_tf32,eager_tf32,graphs_fp32,graphs_amp_bf16,graphs_amp_fp16 60 ;;
+    speed_mnist_ddp) speed_step speed_mnist_ddp 160 graphs_tf32,graphs_tf32_own,eager_tf32,graphs_fp32,graphs_amp_bf16,graphs_amp_fp16 60 ;;
     # Where a step's device time goes: each op at batch 100 (bench/gpu_ops_bench.cpp), then every
     # cuDNN algorithm of each convolution timed (bench/gpu_conv_algos.cu); both in the logs.
     ops_gpu) step ops_gpu 40 cmd bash -c 'build/bench/gpu_ops_bench --benchmark_color=false --benchmark_min_time=0.002 && build/bench/gpu_conv_algos' ;;
@@ -495,7 +496,7 @@ first_step() {
                     # shellcheck disable=SC2016  # $CS and $t expand in the inner bash
                     step sanitize_ops 150 check_sanitizer_ops env CS="$cs" bash -c 'for t in memcheck racecheck; do
                       "$CS" --tool "$t" --error-exitcode 99 --print-limit 50 --target-processes all build/tests/unit_tests \
-                        --gtest_color=no --gtest_filter="GpuOps.ConvolutionsMatchCpu:GpuOps.BatchNormReluPoolMatchCpu"; done'
+                        --gtest_color=no --gtest_filter="GpuOps.ConvolutionsMatchCpu:GpuOps.BatchNormReluPoolMatchCpu:GpuOps.OwnWeightGradientMatchesExactWithinTf32Model"; done'
                   fi ;;
     # Only when named: every case of tests/e2e/gpu_test.sh (resume GPU->GPU and GPU->CPU->GPU
     # bitwise, capture failure, accumulation, overlap, SyncBN, AMP resume, ...; ~70-100 s).

@@ -54,6 +54,7 @@ struct EnumText {
         cpu_kernels(name_in(kCpuKernelsNames, c.cpu_kernels)),
         comm(name_in(kCommChoiceNames, c.comm)),
         tf32(name_in(kOnOffNames, c.tf32)),
+        gpu_kernels(name_in(kGpuKernelsNames, c.gpu_kernels)),
         cuda_graphs(name_in(kOnOffNames, c.cuda_graphs)),
         amp(name_in(kAmpModeNames, c.amp)),
         compression(name_in(kCompressionNames, c.compression)),
@@ -62,8 +63,8 @@ struct EnumText {
         flight_dump_signal(signal_flag_name(c.flight_dump_signal)),
         progress(name_in(kProgressNames, c.progress)),
         no_shuffle(!c.shuffle) {}
-  std::string lr_schedule, device, cpu_kernels, comm, tf32, cuda_graphs, amp, compression,
-      overlap_engine, requeue_signal, flight_dump_signal, progress;
+  std::string lr_schedule, device, cpu_kernels, comm, tf32, gpu_kernels, cuda_graphs, amp,
+      compression, overlap_engine, requeue_signal, flight_dump_signal, progress;
   bool no_shuffle = false;
 };
 
@@ -94,7 +95,7 @@ const std::vector<FlagGroup>& flag_groups() {
        {"--log-dir", "--log-every", "--progress", "--print-env", "--straggler-every",
         "--straggler-threshold", "--debug-collectives", "--flight-recorder", "--flight-dump-signal",
         "--trace", "--trace-steps"}},
-      {"GPU", {"--device", "--tf32", "--cuda-graphs", "--amp"}},
+      {"GPU", {"--device", "--tf32", "--gpu-kernels", "--cuda-graphs", "--amp"}},
       {"CPU", {"--cpu-kernels", "--threads"}},
       {kTestSeamsGroup,
        {"--debug-hang-rank", "--debug-exit-rank", "--debug-desync-rank", "--debug-sample-log",
@@ -244,6 +245,10 @@ void build(OptionTable& o, Config& c, EnumText& t) {
       ->check(CLI::IsMember(names_in(kCommChoiceNames)));
   o.option("--tf32", t.tf32, "on | off: TF32 tensor cores for GPU convolutions and GEMMs")
       ->check(CLI::IsMember(names_in(kOnOffNames)));
+  o.option("--gpu-kernels", t.gpu_kernels,
+           "cudnn | own: on a GPU, layer2's weight gradient by cuDNN, or by this project's "
+           "deterministic TF32 tensor-core kernel (experimental: not yet run on a GPU)")
+      ->check(CLI::IsMember(names_in(kGpuKernelsNames)));
   o.option("--cuda-graphs", t.cuda_graphs,
            "on | off: on a GPU with NCCL, capture the training step in a CUDA graph once "
            "per batch size and replay it (off: launch every kernel each step)")
@@ -419,6 +424,7 @@ void apply_text(const EnumText& text, Config& cfg) {
   cfg.device = *value_in(kDeviceChoiceNames, text.device);
   cfg.cpu_kernels = *value_in(kCpuKernelsNames, text.cpu_kernels);
   cfg.tf32 = *value_in(kOnOffNames, text.tf32);
+  cfg.gpu_kernels = *value_in(kGpuKernelsNames, text.gpu_kernels);
   cfg.cuda_graphs = *value_in(kOnOffNames, text.cuda_graphs);
   cfg.amp = *value_in(kAmpModeNames, text.amp);
   cfg.compression = *value_in(kCompressionNames, text.compression);

@@ -34,6 +34,20 @@ const FlagRule kFlagRules[] = {
            : cfg.print_env           ? "--print-env"
                                      : "--verify-checkpoints");
      }},
+    {[](const Config& cfg) { return cfg.gpu_kernels == GpuKernels::Own && !cfg.tf32; },
+     [](const Config& cfg) -> std::string {
+       return "--gpu-kernels own runs layer2's weight gradient on TF32 tensor cores, which "
+              "--tf32 off forbids: drop --tf32 off, or use --gpu-kernels cudnn for full FP32";
+     }},
+    {[](const Config& cfg) {
+       return cfg.gpu_kernels == GpuKernels::Own && cfg.amp != AmpMode::Off;
+     },
+     [](const Config& cfg) -> std::string {
+       return fmt::format(
+           "--gpu-kernels own is an FP32/TF32 kernel; with --amp {} the convolutions run on "
+           "cuDNN's 16-bit kernels: drop --amp, or drop --gpu-kernels own",
+           name_in(kAmpModeNames, cfg.amp));
+     }},
     {[](const Config& cfg) { return cfg.keep_best && cfg.eval_only; },
      [](const Config& cfg) -> std::string {
        return "--keep-best keeps a training run's best checkpoint; --eval-only trains nothing: "
@@ -154,6 +168,15 @@ const DeviceFlagRule kDeviceFlagRules[] = {
      [](const Config& cfg, Device device) -> std::string {
        return "--overlap-engine thread with --local-sgd-start: the communication thread reduces "
               "over the whole job only; use --overlap-engine test for post-local SGD";
+     }},
+    {[](const Config& cfg, Device device, bool thread_multiple) {
+       return cfg.gpu_kernels == GpuKernels::Own && device == Device::Cpu;
+     },
+     [](const Config& cfg, Device device) -> std::string {
+       return fmt::format(
+           "--gpu-kernels own chooses a GPU kernel; this run is on the CPU{}: drop --gpu-kernels, "
+           "or run on a GPU with --device cuda",
+           cfg.device == DeviceChoice::Auto ? " (--device auto found no usable GPU)" : "");
      }},
     {[](const Config& cfg, Device device, bool thread_multiple) {
        return cfg.amp == AmpMode::Fp16 && device == Device::Cpu;

@@ -229,8 +229,10 @@ DataSplit load_data(Comm& control, const Config& cfg, const Identity& id, const 
       where.device == Device::Cuda
           // layer1 (one input channel): CudaOps' direct FP32 kernels unless --amp
           ? (cfg.amp != AmpMode::Off ? "cuDNN 16-bit kernels"
-             : cfg.tf32              ? "direct FP32 layer1, cuDNN with TF32 allowed"
-                                     : "direct FP32 layer1, cuDNN FP32")
+             : cfg.gpu_kernels == GpuKernels::Own
+                 ? "direct FP32 layer1, own TF32 layer2 weight gradient, cuDNN with TF32 allowed"
+             : cfg.tf32 ? "direct FP32 layer1, cuDNN with TF32 allowed"
+                        : "direct FP32 layer1, cuDNN FP32")
           : cfg.cpu_kernels == CpuKernels::OneDnn ? "oneDNN kernels" : "reference kernels";
   DnnlLayout dnnl;
   if (where.device == Device::Cpu && cfg.cpu_kernels == CpuKernels::OneDnn) {
@@ -270,7 +272,8 @@ DataSplit load_data(Comm& control, const Config& cfg, const Identity& id, const 
 std::unique_ptr<Ops> make_device_ops(Communicators& comms, const Config& cfg,
                                      const Placement& where, const DataSplit& data) {
   std::unique_ptr<Ops> ops;
-  run_agreed(comms.control(), [&] { ops = make_ops(where.device, cfg.cpu_kernels, cfg.tf32); });
+  run_agreed(comms.control(),
+             [&] { ops = make_ops(where.device, cfg.cpu_kernels, cfg.tf32, cfg.gpu_kernels); });
   // NCCL joins the ops' stream by events (no host sync), so a step can be captured as a graph.
   comms.bind_data(where.plan, ops->stream());
   ops->load_dataset(Ops::kTrain, data.train);  // once: device-resident on a GPU

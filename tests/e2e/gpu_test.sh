@@ -18,6 +18,9 @@
 #   amp              --amp fp16/bf16: 1 epoch each, top-1 within 1 point of FP32 (graphs_one_epoch's)
 #   amp_resume       a resumed fp16 run keeps its loss scale
 #   sync_bn_local_sgd  SyncBN on 2 ranks sharing the GPU; post-local SGD (world of one)
+#   own_kernels      --gpu-kernels own: graphs == eager bitwise over one epoch (its kernel is
+#                    deterministic), top-1 within 1 point of FP32 (graphs_one_epoch's), named in
+#                    the kernels line
 # Checkpoint comparisons need python3 with h5py and numpy.
 source "$(dirname "$0")/lib.sh"
 DATA="$REPO/data/dataset"
@@ -372,9 +375,36 @@ case_sync_bn_local_sgd() {
   fi
 }
 
+# --gpu-kernels own (layer2's weight gradient on TF32 tensor cores, wgrad_tf32.cuh): split over the
+# batch with the partials added in a fixed order, so a graph replay trains bitwise like eager
+# steps; TF32 rounding of its inputs moves top-1 no more than --amp's 16 bits may (1 point of FP32).
+case_own_kernels() {
+  if [[ -n "${GPU_TEST_FP32_TOP1+set}" ]]; then
+    FP32_TOP1=$GPU_TEST_FP32_TOP1
+  else
+    need graphs_one_epoch
+  fi
+  local g same top1 kernels
+  for g in on off; do
+    run "ownk_$g" 180 "$BIN" --device cuda --gpu-kernels own --cuda-graphs "$g" --data "$DATA" --epochs 1 --progress off --log-dir "$TMP/own_$g" --checkpoint-dir "$TMP/own_$g"
+    cp "$OUT" "$TMP/own_$g.out"
+    rc[own_$g]=$RC
+  done
+  top1=$(top1_of "$TMP/own_on.out")
+  kernels=$(grep -c "own TF32 layer2 weight gradient" "$TMP/own_on.out")
+  same=$(ckpt_same "$(ls "$TMP"/own_on/ckpt-*.h5 2>/dev/null | tail -n 1)" "$(ls "$TMP"/own_off/ckpt-*.h5 2>/dev/null | tail -n 1)")
+  if [[ ${rc[own_on]} -eq 0 && ${rc[own_off]} -eq 0 && "$same" == identical && $kernels -ge 1 ]] &&
+     [[ -n "$top1" && -n "$FP32_TOP1" ]] && holds "$top1 >= $bar" && holds "($top1 - $FP32_TOP1) ^ 2 <= 1"; then
+    pass "gpu_kernels_own_graphs_equal_eager_and_train (top-1 ${top1}% vs FP32 ${FP32_TOP1}%; $(grep -o 'at [0-9]* img/s' "$TMP/own_on.out" | tail -1))"
+  else
+    fail "gpu_kernels_own rc=${rc[own_on]}/${rc[own_off]}: $same; top-1 '${top1}' vs FP32 '${FP32_TOP1:-none}' (want within 1 point, >= $bar); kernels line named it: $kernels" \
+      "$(grep -h 'kernels\|error\|done:' "$TMP"/own_*.out "$TMP"/ownk_*.err 2>/dev/null | head -20)"
+  fi
+}
+
 # --- which cases run ---------------------------------------------------------------------------------
 CASES=(epoch worlds_of_one trace shared cpu_roundtrip resume_bitwise graphs_one_epoch graphs accumulate
-       capture_failure overlap amp amp_resume sync_bn_local_sgd)
+       capture_failure overlap amp amp_resume sync_bn_local_sgd own_kernels)
 declare -A done_case
 FP32_TOP1=""
 # need NAME: runs case NAME unless it ran already (a case that reads another's files).

@@ -106,9 +106,16 @@ TEST(Cli, FlagCombinationsTheDeviceCannotRunNameTheFlags) {
   EXPECT_TRUE(has(device_error({"--local-sgd-start", "3", "--compression", "bf16"}, cpu),
                   "--compression bf16"));
   EXPECT_TRUE(has(device_error({"--comm", "nccl"}, cpu), "--comm nccl works on GPU memory"));
+  EXPECT_TRUE(has(device_error({"--gpu-kernels", "own", "--device", "cpu"}, cpu),
+                  "--gpu-kernels own chooses a GPU kernel"));
+  EXPECT_TRUE(
+      has(device_error({"--gpu-kernels", "own"}, cpu), "--device auto found no usable GPU"));
   // What each device does run passes.
-  for (const auto& ok : std::vector<std::vector<std::string>>{
-           {"--compression", "fp16"}, {"--amp", "fp16"}, {"--sync-bn"}, {"--local-sgd-start", "3"}})
+  for (const auto& ok : std::vector<std::vector<std::string>>{{"--compression", "fp16"},
+                                                              {"--amp", "fp16"},
+                                                              {"--sync-bn"},
+                                                              {"--local-sgd-start", "3"},
+                                                              {"--gpu-kernels", "own"}})
     EXPECT_EQ(device_error(ok, gpu), "") << ok[0];
   for (const auto& ok : std::vector<std::vector<std::string>>{
            {"--compression", "powersgd"},
@@ -137,6 +144,14 @@ TEST(Cli, RejectionsNameTheFlag) {
             std::string::npos);
   EXPECT_TRUE(parse_ok({"--eval-only", "--resume", "auto"}).eval_only);
   EXPECT_EQ(parse_ok({"--init-weights", "a.h5"}).init_weights, "a.h5");
+  // --gpu-kernels: its names, and own only where TF32 is allowed and no 16-bit copies run.
+  EXPECT_EQ(parse_ok({"--gpu-kernels", "own"}).gpu_kernels, GpuKernels::Own);
+  EXPECT_EQ(parse_ok({}).gpu_kernels, GpuKernels::Cudnn);
+  EXPECT_NE(parse_error({"--gpu-kernels", "triton"}).find("--gpu-kernels"), std::string::npos);
+  EXPECT_NE(parse_error({"--gpu-kernels", "own", "--tf32", "off"}).find("drop --tf32 off"),
+            std::string::npos);
+  EXPECT_NE(parse_error({"--gpu-kernels", "own", "--amp", "bf16"}).find("with --amp bf16"),
+            std::string::npos);
 }
 
 TEST(Cli, TraceFlagsParseAndTheirMistakesNameTheFlag) {
@@ -359,6 +374,7 @@ TEST(Cli, EveryEnumHasOneNameTable) {
   expect_bijective(kDeviceNames, 2);
   expect_bijective(kDeviceChoiceNames, 3);
   expect_bijective(kCpuKernelsNames, 2);
+  expect_bijective(kGpuKernelsNames, 2);
   expect_bijective(kCommChoiceNames, 3);
   expect_bijective(kProgressNames, 3);
   expect_bijective(kAmpModeNames, 3);

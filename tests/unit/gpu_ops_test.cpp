@@ -17,6 +17,7 @@
 #include "../common/compare.hpp"
 #include "../common/gpu_probe.hpp"
 #include "mnist_ddp/base/amp_mode.hpp"
+#include "mnist_ddp/base/choices.hpp"
 #include "mnist_ddp/base/rng.hpp"
 #include "mnist_ddp/checkpoint/checkpoint.hpp"
 #include "mnist_ddp/diagnostics/check.hpp"
@@ -195,6 +196,80 @@ BnSync two_rank_stand_in() {
     *count *= 2;
   };
   return s;
+}
+
+// --gpu-kernels own: layer2's weight and bias gradients on TF32 tensor cores (wgrad_tf32.cuh)
+// against an exact (double) reference, within an error model: each product reads both inputs
+// rounded to TF32 (relative error <= 2^-11 each: 2^-10 + 2^-22 together), and a block's FP32
+// sum of its images' terms adds at most gamma(terms) = terms 2u / (1 - terms 2u), u = 2^-24 (2u:
+// the tensor cores' additions may truncate rather than round); the partials are then added in
+// double. The bias is an FP32 sum in order (u). Both bounds scale with the sum of |dy x|, computed
+// alongside. Shapes: the model's at batch 8 and 100, batch 200 (more images than blocks: two per
+// block), and 16 filters of 3x3 (one row tile). Repeated calls are bitwise equal (a fixed reduction
+// order).
+TEST_F(GpuOps, OwnWeightGradientMatchesExactWithinTf32Model) {
+  const std::unique_ptr<Ops> own = make_cuda_ops(/*tf32=*/true, GpuKernels::Own);
+  for (const ConvGeom g : {ConvGeom{8, 16, 14, 14, 32, 5, 2}, ConvGeom{100, 16, 14, 14, 32, 5, 2},
+                           ConvGeom{200, 16, 14, 14, 32, 5, 2}, ConvGeom{6, 8, 9, 11, 16, 3, 1}}) {
+    std::printf("own wgrad n=%d c=%d %dx%d k=%d r=%d pad=%d\n", g.n, g.c, g.h, g.w, g.k, g.r,
+                g.pad);
+    const int oh = g.out_h(), ow = g.out_w();
+    const auto x = rnd(static_cast<std::size_t>(g.n) * g.c * g.h * g.w, 11);  // NCHW
+    const auto dy = rnd(static_cast<std::size_t>(g.n) * g.k * oh * ow, 12);   // NKHW
+    const std::size_t taps = static_cast<std::size_t>(g.c) * g.r * g.r;
+    std::vector<double> exact(g.k * taps, 0.0), mag(g.k * taps, 0.0), bias(g.k, 0.0),
+        bias_mag(g.k, 0.0);
+    for (int i = 0; i < g.n; ++i)
+      for (int k = 0; k < g.k; ++k)
+        for (int oy = 0; oy < oh; ++oy)
+          for (int ox = 0; ox < ow; ++ox) {
+            const double d = dy[((static_cast<std::size_t>(i) * g.k + k) * oh + oy) * ow + ox];
+            bias[k] += d;
+            bias_mag[k] += std::abs(d);
+            for (int c = 0; c < g.c; ++c)
+              for (int r = 0; r < g.r; ++r)
+                for (int t = 0; t < g.r; ++t) {
+                  const int iy = oy + r - g.pad, ix = ox + t - g.pad;
+                  if (iy < 0 || iy >= g.h || ix < 0 || ix >= g.w) continue;
+                  const double v =
+                      x[((static_cast<std::size_t>(i) * g.c + c) * g.h + iy) * g.w + ix];
+                  const std::size_t j = k * taps + (c * g.r + r) * g.r + t;
+                  exact[j] += d * v;
+                  mag[j] += std::abs(d * v);
+                }
+          }
+    // The terms one block adds in FP32: its images' positions (ceil(n / blocks) images).
+    const int blocks = std::min(g.n, 128);
+    const double terms = static_cast<double>((g.n + blocks - 1) / blocks) * oh * ow;
+    const double u = std::ldexp(1.0, -24), gamma = terms * 2 * u / (1 - terms * 2 * u);
+    const double gamma_bias = terms * u / (1 - terms * u);
+    const double tf32 = std::ldexp(1.0, -10) + std::ldexp(1.0, -22);
+    tensors_.clear();
+    float* gx = dev(x);
+    float* gdy = dev(dy);
+    float* gdw = dev_zeros(g.k * taps);
+    float* gdb = dev_zeros(g.k);
+    own->conv2d_backward_filter(g, gx, gdy, gdw, gdb);
+    const auto dw = host(gdw, g.k * taps), db = host(gdb, g.k);
+    double worst = 0, worst_bias = 0;
+    for (std::size_t j = 0; j < dw.size(); ++j) {
+      ASSERT_TRUE(std::isfinite(dw[j])) << "weight gradient element " << j;
+      const double bound = (tf32 + gamma) * mag[j] + std::abs(exact[j]) * u;  // + the last rounding
+      worst = std::max(worst, std::abs(dw[j] - exact[j]) / bound);
+    }
+    for (int k = 0; k < g.k; ++k) {
+      const double bound = gamma_bias * bias_mag[k] + std::abs(bias[k]) * u;
+      worst_bias = std::max(worst_bias, std::abs(db[k] - bias[k]) / std::max(bound, 1e-300));
+    }
+    std::printf("  worst error / bound: weights %.3g, bias %.3g\n", worst, worst_bias);
+    EXPECT_LE(worst, 1.0) << "weight gradient outside the TF32 error model";
+    EXPECT_LE(worst_bias, 1.0) << "bias gradient outside the FP32 error model";
+    float* gdw2 = dev_zeros(g.k * taps);
+    float* gdb2 = dev_zeros(g.k);
+    own->conv2d_backward_filter(g, gx, gdy, gdw2, gdb2);
+    EXPECT_EQ(host(gdw2, g.k * taps), dw) << "own weight gradient not bitwise repeatable";
+    EXPECT_EQ(host(gdb2, g.k), db) << "own bias gradient not bitwise repeatable";
+  }
 }
 
 TEST_F(GpuOps, BatchNormReluPoolMatchCpu) {

@@ -37,9 +37,10 @@ struct Config {
   CpuKernels cpu_kernels = CpuKernels::OneDnn;
   CommChoice comm = CommChoice::Auto;  // auto: NCCL on cuda, MPI on cpu
   bool tf32 = true;                    // TF32 tensor cores on the GPU (PyTorch's cuDNN default)
-  bool cuda_graphs = true;             // capture + replay the GPU training step
-  AmpMode amp = AmpMode::Off;          // mixed precision (GPU): fp16 + loss scaling, or bf16
-  int threads = 1;  // BLAS threads per rank; 0: usable cores / ranks on this node
+  GpuKernels gpu_kernels = GpuKernels::Cudnn;  // --gpu-kernels: own kernels where cuDNN is slow
+  bool cuda_graphs = true;                     // capture + replay the GPU training step
+  AmpMode amp = AmpMode::Off;  // mixed precision (GPU): fp16 + loss scaling, or bf16
+  int threads = 1;             // BLAS threads per rank; 0: usable cores / ranks on this node
   std::string log_dir = "logging";
   std::string checkpoint_dir = "checkpoints";
   std::int64_t checkpoint_every = 0;  // steps; 0: only at epoch ends and at the end

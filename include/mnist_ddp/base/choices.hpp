@@ -1,7 +1,8 @@
 // choices.hpp — the enums the run's flags choose between, with their names (the device, the CPU
-// kernels, the learning-rate schedule, the gradient compression, the overlap engine, progress
-// lines, the communicator): vocabulary the layers' option structs are written in (app/config.hpp's
-// Config holds the flags' values; app/run_options.hpp hands each layer the part it uses).
+// and GPU kernels, the learning-rate schedule, the gradient compression, the overlap engine,
+// progress lines, the communicator): vocabulary the layers' option structs are written in
+// (app/config.hpp's Config holds the flags' values; app/run_options.hpp hands each layer the part
+// it uses).
 #pragma once
 
 #include <array>
@@ -17,6 +18,13 @@ inline constexpr std::array<NameOf<DeviceChoice>, 3> kDeviceChoiceNames{
 enum class CpuKernels { OneDnn, Reference };
 inline constexpr std::array<NameOf<CpuKernels>, 2> kCpuKernelsNames{
     {{CpuKernels::OneDnn, "onednn"}, {CpuKernels::Reference, "reference"}}};
+
+// Whose kernels run the GPU's convolutions where this project has its own: cuDNN's everywhere
+// (but layer1's direct kernels, always), or own: layer2's weight gradient on TF32 tensor cores
+// (ops/cuda/wgrad_tf32.cuh), until a GPU run proves it faster and it becomes the default.
+enum class GpuKernels { Cudnn, Own };
+inline constexpr std::array<NameOf<GpuKernels>, 2> kGpuKernelsNames{
+    {{GpuKernels::Cudnn, "cudnn"}, {GpuKernels::Own, "own"}}};
 
 enum class LrSchedule { Constant, Step, Cosine };
 inline constexpr std::array<NameOf<LrSchedule>, 3> kLrScheduleNames{

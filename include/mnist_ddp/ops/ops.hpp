@@ -169,11 +169,12 @@ struct DnnlLayout {
 };
 DnnlLayout dnnl_layout(AmpMode amp = AmpMode::Off);
 // The CUDA backend (src/ops/cuda/); in a CPU-only build, a UserError saying "built without CUDA".
-// tf32: TF32 tensor cores for convolutions and the fc GEMM (PyTorch's cuDNN default).
-std::unique_ptr<Ops> make_cuda_ops(bool tf32);
-// The registry (ops/registry.cpp): the backend for a device and --cpu-kernels.
+// tf32: TF32 tensor cores for convolutions and the fc GEMM (PyTorch's cuDNN default). kernels:
+// --gpu-kernels (own: this project's kernels where it has them; they need tf32).
+std::unique_ptr<Ops> make_cuda_ops(bool tf32, GpuKernels kernels = GpuKernels::Cudnn);
+// The registry (ops/registry.cpp): the backend for a device, --cpu-kernels and --gpu-kernels.
 std::unique_ptr<Ops> make_ops(Device device, CpuKernels cpu_kernels = CpuKernels::OneDnn,
-                              bool tf32 = true);
+                              bool tf32 = true, GpuKernels gpu_kernels = GpuKernels::Cudnn);
 
 // Threads for BLAS and oneDNN (OpenMP) on this rank; 1 unless this rank owns several cores.
 void set_compute_threads(int threads);

@@ -61,6 +61,7 @@ ConvPlan::~ConvPlan() {
   for (void* p : {hx, hdx, hy, hdy, hw, hdw})
     if (p) cudaFree(p);
   if (wgrad_partials) cudaFree(wgrad_partials);
+  if (own_partials) cudaFree(own_partials);
   if (fwd_moments) cudaFree(fwd_moments);
 }
 
@@ -98,6 +99,11 @@ void CudaOps::conv2d_backward_filter(const ConvGeom& g, const float* x, const fl
     CUDA_CHECK(cudaGetLastError());
     return;
   }
+  if (p.own_wgrad) {  // dw and db, both overwritten
+    launch_wgrad_tf32(stream_, g.n, g.c, g.k, g.h, g.w, g.r, g.pad, x, dy, p.own_partials, dw, db);
+    CUDA_CHECK(cudaGetLastError());
+    return;
+  }
   filter_gradient(p, cudnn_, workspace_, workspace_bytes_, x, dy, dw, db);
 }
 
@@ -124,7 +130,12 @@ void CudaOps::conv2d_backward(const ConvGeom& g, const float* x, const float* w,
   // While capturing, this event pulls side_ into the same graph as a parallel branch.
   CUDA_CHECK(cudaEventRecord(fork_, stream_));
   CUDA_CHECK(cudaStreamWaitEvent(side_, fork_, 0));
-  filter_gradient(p, cudnn_side_, side_workspace_, side_workspace_bytes_, x, dy, dw, db);
+  if (p.own_wgrad) {
+    launch_wgrad_tf32(side_, g.n, g.c, g.k, g.h, g.w, g.r, g.pad, x, dy, p.own_partials, dw, db);
+    CUDA_CHECK(cudaGetLastError());
+  } else {
+    filter_gradient(p, cudnn_side_, side_workspace_, side_workspace_bytes_, x, dy, dw, db);
+  }
   CUDA_CHECK(cudaEventRecord(join_, side_));
   data_gradient(p, w, dy, dx);
   // Join: whatever follows on stream_ (the gradient bucket's all-reduce, the next layer's
@@ -229,6 +240,14 @@ ConvPlan& CudaOps::plan(const ConvGeom& g) {
         cudaMalloc(&p->wgrad_partials, sizeof(float) * direct_conv_wgrad_partials(g.n, g.k, g.r)));
     CUDA_CHECK(cudaMalloc(&p->fwd_moments, sizeof(double) * 2 * g.k * g.n));
     return *plans_.emplace(key, std::move(p)).first->second;
+  }
+  // --gpu-kernels own: layer2's weight gradient on TF32 tensor cores where TF32 is allowed and
+  // the kernel takes the shape; its scratch allocated here, before any step is captured.
+  if (!p->half && tf32_ && kernels_ == GpuKernels::Own &&
+      wgrad_tf32_supported(g.c, g.k, g.h, g.w, g.r, g.pad)) {
+    p->own_wgrad = true;
+    CUDA_CHECK(
+        cudaMalloc(&p->own_partials, sizeof(float) * wgrad_tf32_partials(g.n, g.c, g.k, g.r)));
   }
   // Algorithm choice once per shape and direction, from cuDNN's heuristics (pick_algorithm),
   // each descriptor then set to the math type of its algorithm. Backward data: on first use.

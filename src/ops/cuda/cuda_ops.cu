@@ -10,7 +10,7 @@ LinearScratch::~LinearScratch() {
     if (p) cudaFree(p);
 }
 
-CudaOps::CudaOps(bool tf32) : tf32_(tf32) {
+CudaOps::CudaOps(bool tf32, GpuKernels kernels) : tf32_(tf32), kernels_(kernels) {
   CUDA_CHECK(cudaStreamCreate(&stream_));  // blocking: the legacy stream waits for it
   CUDNN_CHECK(cudnnCreate(&cudnn_));
   CUDNN_CHECK(cudnnSetStream(cudnn_, stream_));
@@ -208,8 +208,8 @@ void CudaOps::run_xent(int n, int classes, const float* logits, const std::int32
 
 }  // namespace cuda_ops
 
-std::unique_ptr<Ops> make_cuda_ops(bool tf32) {
-  return std::make_unique<cuda_ops::CudaOps>(tf32);
+std::unique_ptr<Ops> make_cuda_ops(bool tf32, GpuKernels kernels) {
+  return std::make_unique<cuda_ops::CudaOps>(tf32, kernels);
 }
 
 }  // namespace mnist_ddp

@@ -36,6 +36,7 @@
 #include "mnist_ddp/ops/ops.hpp"
 #include "ops/cuda/direct_conv.cuh"
 #include "ops/cuda/kernels.cuh"
+#include "ops/cuda/wgrad_tf32.cuh"
 #include "trace/cuda/device_stamps.hpp"
 
 namespace mnist_ddp::cuda_ops {
@@ -65,6 +66,10 @@ struct ConvPlan {
   // (direct_conv.cuh) instead of cuDNN; wgrad_partials is their split reduction's scratch.
   bool direct = false;
   float* wgrad_partials = nullptr;
+  // --gpu-kernels own, fp32 with TF32 allowed, a shape it takes (layer2): the weight and bias
+  // gradients by wgrad_tf32.cuh instead of cuDNN; own_partials is its split reduction's scratch.
+  bool own_wgrad = false;
+  float* own_partials = nullptr;
   double* fwd_moments = nullptr;  // [2 * K * N]: the forward's BN partial moments of y
   ~ConvPlan();
 };
@@ -77,7 +82,7 @@ struct LinearScratch {
 
 class CudaOps final : public Ops {
  public:
-  explicit CudaOps(bool tf32);
+  CudaOps(bool tf32, GpuKernels kernels);
   ~CudaOps() override;
   Device device() const override;
   void conv2d_forward(const ConvGeom& g, const float* x, const float* w, const float* b,
@@ -171,6 +176,7 @@ class CudaOps final : public Ops {
   [[noreturn]] static void no_algorithm(const char* direction, const ConvGeom& g, const ConvPlan& p,
                                         int found);
   bool tf32_;
+  GpuKernels kernels_;  // --gpu-kernels
   cudaStream_t stream_ = nullptr;
   cudnnHandle_t cudnn_ = nullptr;
   // conv2d_backward's second stream: its cuDNN handle, workspace, and fork/join events.
