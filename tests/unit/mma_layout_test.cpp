@@ -84,8 +84,10 @@ TEST(MmaLayout, Tf32RoundsToNearestTiesAwayFromZero) {
   }
 }
 
-// The kernel's loops (wgrad_tf32.cu) for one block holding every image, each warp's mma done as
-// the hardware defines it from the fragments the lanes load.
+// The kernel's loops (wgrad_tf32.cu) for one block holding every image: the fragments each lane
+// loads, assembled into the matrices the instruction multiplies, and their product added in FP32
+// (the tensor cores' own rounding, the batch split, the bias and the finish kernel are not
+// emulated: the GPU test covers them).
 std::vector<double> emulate_kernel(const WgradShape& s, int n, const std::vector<float>& x,
                                    const std::vector<float>& dy) {
   constexpr int kWarps = 8;
@@ -153,6 +155,16 @@ std::vector<double> emulate_kernel(const WgradShape& s, int n, const std::vector
         }
     }
   return dw;
+}
+
+TEST(MmaLayout, TheKernelTakesLayer2AndRefusesWhatItCannotHold) {
+  EXPECT_TRUE(wgrad_shape_supported(WgradShape{16, 32, 14, 14, 5, 2}));  // the ConvNet's layer2
+  EXPECT_EQ(sizeof(float) * wgrad_shared_floats(WgradShape{16, 32, 14, 14, 5, 2}), 46848u);
+  EXPECT_TRUE(wgrad_shape_supported(WgradShape{3, 16, 9, 11, 3, 1}));
+  EXPECT_FALSE(wgrad_shape_supported(WgradShape{16, 24, 14, 14, 5, 2}));  // K not 16-aligned
+  EXPECT_FALSE(wgrad_shape_supported(WgradShape{64, 32, 14, 14, 5, 2}));  // 200 column tiles
+  EXPECT_FALSE(wgrad_shape_supported(WgradShape{16, 32, 28, 28, 5, 2}));  // over 48 KiB
+  EXPECT_FALSE(wgrad_shape_supported(WgradShape{16, 32, 2, 2, 5, 0}));    // no output
 }
 
 TEST(MmaLayout, TheKernelsTilingComputesTheWeightGradient) {

@@ -121,7 +121,7 @@ void CudaOps::conv2d_backward(const ConvGeom& g, const float* x, const float* w,
   if (!p.has_bwd_data) choose_backward_data(g, p);  // first use: an eager step, never captured
   // The side stream's own workspace (the main one is the data gradient's meanwhile), grown on
   // first use, which is an eager step: a captured graph never sees it grow.
-  if (p.bwd_filter_bytes > side_workspace_bytes_) {
+  if (!p.own_wgrad && p.bwd_filter_bytes > side_workspace_bytes_) {
     if (side_workspace_) retired_.push_back(side_workspace_);
     CUDA_CHECK(cudaMalloc(&side_workspace_, p.bwd_filter_bytes));
     side_workspace_bytes_ = p.bwd_filter_bytes;
@@ -273,6 +273,8 @@ ConvPlan& CudaOps::plan(const ConvGeom& g) {
       cudnnGetConvolutionForwardWorkspaceSize(cudnn_, p->x, p->w, p->conv, p->y, p->fwd, &a));
   CUDNN_CHECK(cudnnGetConvolutionBackwardFilterWorkspaceSize(cudnn_, p->x, p->y, p->conv_bwd_filter,
                                                              p->w, p->bwd_filter, &c));
+  // --gpu-kernels own: cuDNN's filter gradient never runs, so its workspace is not needed.
+  if (p->own_wgrad) c = 0;
   grow_workspace(std::max(a, c));
   p->bwd_filter_bytes = c;
   return *plans_.emplace(key, std::move(p)).first->second;

@@ -6,6 +6,7 @@
 // reference convolution. Private to src/ops/cuda/ (and that test).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 
@@ -70,5 +71,26 @@ constexpr int wgrad_position_offset(const WgradShape& s, int l) {
   if (l >= s.positions()) return -1;
   return (l / s.out_w()) * s.padded_w() + l % s.out_w();
 }
+
+// The kernel's block: 8 warps; warp w owns row tile w % m_tiles and column tiles
+// w / m_tiles + q * (8 / m_tiles), q < kWgradMaxTilesPerWarp (4 accumulators per tile and lane).
+inline constexpr int kWgradWarps = 8;
+inline constexpr int kWgradMaxTilesPerWarp = 16;
+inline constexpr std::size_t kWgradSharedLimit = 48 * 1024;  // bytes without opting in
+// Shared memory of one block: dY [K][dy_stride] and the padded image [C][PH][PW].
+constexpr std::size_t wgrad_shared_floats(const WgradShape& s) {
+  return static_cast<std::size_t>(s.k) * s.dy_stride() +
+         static_cast<std::size_t>(s.c) * s.padded_h() * s.padded_w();
+}
+// Whether the kernel takes the shape (wgrad_tf32.cuh wgrad_tf32_supported).
+constexpr bool wgrad_shape_supported(const WgradShape& s) {
+  if (s.c < 1 || s.r < 1 || s.pad < 0 || s.out_h() < 1 || s.out_w() < 1) return false;
+  if (s.k < 16 || s.k % 16 != 0 || kWgradWarps % s.m_tiles() != 0) return false;
+  const int warps_per_row = kWgradWarps / s.m_tiles();
+  if ((s.n_tiles() + warps_per_row - 1) / warps_per_row > kWgradMaxTilesPerWarp) return false;
+  return sizeof(float) * wgrad_shared_floats(s) <= kWgradSharedLimit;
+}
+// The ConvNet's layer2 (16 -> 32 channels, 5x5, pad 2, on 14x14) is what the kernel is for.
+static_assert(wgrad_shape_supported(WgradShape{16, 32, 14, 14, 5, 2}));
 
 }  // namespace mnist_ddp::kernels

@@ -10,30 +10,36 @@
 namespace mnist_ddp::kernels {
 namespace {
 
-constexpr int kWarps = kThreads / 32;            // 8
-constexpr int kMaxTilesPerWarp = 16;             // accumulators: 4 floats per tile per lane
-constexpr int kMaxSplit = 128;                   // blocks over the batch
-constexpr std::size_t kSharedLimit = 48 * 1024;  // bytes a block may use without opting in
+constexpr int kWarps = kWgradWarps;
+constexpr int kMaxTilesPerWarp = kWgradMaxTilesPerWarp;
+static_assert(kWarps * 32 == kThreads, "the kernel's warps fill a block of kThreads");
+constexpr int kMaxSplit = 128;  // blocks over the batch
 
+// TF32 needs sm_80 or later (the Makefile's CUDA_ARCH: sm_80, sm_90); built for an older GPU the
+// kernel traps, so a run with --gpu-kernels own fails loudly there instead of computing nothing.
 __device__ __forceinline__ std::uint32_t to_tf32(float v) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+  __trap();
+  return 0;
+#else
   std::uint32_t out;
   asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(out) : "f"(v));
   return out;
+#endif
 }
 
 // d += a * b on one warp: A 16x8, B 8x8, D 16x8 (mma_layout.hpp for which lane holds what).
 __device__ __forceinline__ void mma_tf32(float (&d)[4], const std::uint32_t (&a)[4],
                                          const std::uint32_t (&b)[2]) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+  __trap();
+#else
   asm volatile(
       "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
       "{%8,%9}, {%0,%1,%2,%3};\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-
-std::size_t shared_floats(const WgradShape& s) {
-  return static_cast<std::size_t>(s.k) * s.dy_stride() +
-         static_cast<std::size_t>(s.c) * s.padded_h() * s.padded_w();
+#endif
 }
 
 // Grid: split blocks; block b takes images [n b / split, n (b + 1) / split). Warp w owns row tile
@@ -97,12 +103,15 @@ __global__ void __launch_bounds__(kThreads)
       for (int v = 0; v < 2; ++v) pos[v] = wgrad_position_offset(s, l0 + mma_b_coord(lane, v).row);
 #pragma unroll
       for (int q = 0; q < kMaxTilesPerWarp; ++q) {
-        if (warp / m_tiles + q * warps_per_row >= n_tiles) break;  // the same for the whole warp
-        std::uint32_t b[2];
+        // The same for the whole warp (mma.sync needs every lane); an if, not a break, so the
+        // unrolled loop indexes acc and tap by constants (registers, no local memory).
+        if (warp / m_tiles + q * warps_per_row < n_tiles) {
+          std::uint32_t b[2];
 #pragma unroll
-        for (int v = 0; v < 2; ++v)
-          b[v] = tap[q] >= 0 && pos[v] >= 0 ? __float_as_uint(xs[tap[q] + pos[v]]) : 0u;
-        mma_tf32(acc[q], a, b);
+          for (int v = 0; v < 2; ++v)
+            b[v] = tap[q] >= 0 && pos[v] >= 0 ? __float_as_uint(xs[tap[q] + pos[v]]) : 0u;
+          mma_tf32(acc[q], a, b);
+        }
       }
     }
   }
@@ -112,12 +121,11 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
   for (int q = 0; q < kMaxTilesPerWarp; ++q) {
     const int tile = warp / m_tiles + q * warps_per_row;
-    if (tile >= n_tiles) break;
 #pragma unroll
     for (int v = 0; v < 4; ++v) {
       const MmaCoord at = mma_c_coord(lane, v);
       const int col = tile * 8 + at.col;
-      if (col < columns) out[(row0 + at.row) * columns + col] = acc[q][v];
+      if (tile < n_tiles && col < columns) out[(row0 + at.row) * columns + col] = acc[q][v];
     }
   }
   if (threadIdx.x < s.k) out[s.k * columns + threadIdx.x] = bias;
@@ -140,12 +148,7 @@ __global__ void wgrad_tf32_finish_kernel(int outputs, int weights, int split, co
 }  // namespace
 
 bool wgrad_tf32_supported(int c, int k, int h, int w, int r, int pad) {
-  const WgradShape s{c, k, h, w, r, pad};
-  if (c < 1 || r < 1 || pad < 0 || s.out_h() < 1 || s.out_w() < 1) return false;
-  if (k < 16 || k % 16 != 0 || kWarps % s.m_tiles() != 0) return false;
-  const int warps_per_row = kWarps / s.m_tiles();
-  if ((s.n_tiles() + warps_per_row - 1) / warps_per_row > kMaxTilesPerWarp) return false;
-  return sizeof(float) * shared_floats(s) <= kSharedLimit;
+  return wgrad_shape_supported(WgradShape{c, k, h, w, r, pad});
 }
 
 int wgrad_tf32_split(int n) {
@@ -161,8 +164,8 @@ void launch_wgrad_tf32(cudaStream_t stream, int n, int c, int k, int h, int w, i
                        const float* x, const float* dy, float* partials, float* dw, float* db) {
   const WgradShape s{c, k, h, w, r, pad};
   const int split = wgrad_tf32_split(n);
-  wgrad_tf32_kernel<<<split, kThreads, sizeof(float) * shared_floats(s), stream>>>(s, n, x, dy,
-                                                                                   partials);
+  wgrad_tf32_kernel<<<split, kThreads, sizeof(float) * wgrad_shared_floats(s), stream>>>(
+      s, n, x, dy, partials);
   const int weights = k * s.columns(), outputs = weights + k;
   wgrad_tf32_finish_kernel<<<blocks_for(static_cast<std::size_t>(outputs)), kThreads, 0, stream>>>(
       outputs, weights, split, partials, dw, db);
