@@ -123,6 +123,11 @@ const FlagRule kFlagRules[] = {
      }},
 };
 
+// Why a run that did not ask for the CPU is on it, for the errors of flags the CPU cannot run.
+std::string why_cpu(const Config& cfg) {
+  return cfg.device == DeviceChoice::Auto ? " (--device auto found no usable GPU)" : "";
+}
+
 struct DeviceFlagRule {
   bool (*refused)(const Config& cfg, Device device, bool thread_multiple);
   std::string (*error)(const Config& cfg, Device device);
@@ -176,7 +181,7 @@ const DeviceFlagRule kDeviceFlagRules[] = {
        return fmt::format(
            "--gpu-kernels own chooses a GPU kernel; this run is on the CPU{}: drop --gpu-kernels, "
            "or run on a GPU with --device cuda",
-           cfg.device == DeviceChoice::Auto ? " (--device auto found no usable GPU)" : "");
+           why_cpu(cfg));
      }},
     {[](const Config& cfg, Device device, bool thread_multiple) {
        return cfg.amp == AmpMode::Fp16 && device == Device::Cpu;
@@ -185,7 +190,7 @@ const DeviceFlagRule kDeviceFlagRules[] = {
        return fmt::format(
            "--amp fp16: this run is on the CPU{}, which has no fp16 training units; use --amp "
            "bf16 (CPUs with AVX512-BF16 or AMX), drop --amp, or run on a GPU with --device cuda",
-           cfg.device == DeviceChoice::Auto ? " (--device auto found no usable GPU)" : "");
+           why_cpu(cfg));
      }},
     {[](const Config& cfg, Device device, bool thread_multiple) {
        return cfg.amp == AmpMode::Bf16 && device == Device::Cpu &&

@@ -10,7 +10,6 @@
 #include "mnist_ddp/app/setup.hpp"
 #include "mnist_ddp/app/train_and_report.hpp"
 #include "mnist_ddp/checkpoint/dir_lock.hpp"
-#include "mnist_ddp/comm/agree.hpp"
 #include "mnist_ddp/comm/replicas.hpp"
 #include "mnist_ddp/diagnostics/check.hpp"
 #include "mnist_ddp/model/model.hpp"
@@ -38,12 +37,7 @@ int run(int argc, char** argv, int rank, int world, const MpiLocality& locality,
   announce(where, rank);
   flight.set_hosts(where.ranks);  // a dump names every rank's host, a silent peer's included
   const std::unique_ptr<Logger> log = open_log(comms.control(), cfg, *id);
-  if (!cfg.trace.empty()) {
-    // Collective (agreement): a trace that cannot be written must not cost a whole run first.
-    run_agreed(comms.control(), [&] {
-      if (rank == 0) check_trace_path(cfg.trace);
-    });
-  }
+  check_trace_target(comms.control(), cfg);  // collective
   DataSplit data = load_data(comms.control(), cfg, *id, where, *log);
   if (where.plan.nccl()) comms.open_nccl();  // collective: NCCL's id travels by MPI
   const std::unique_ptr<Ops> ops = make_device_ops(comms, cfg, where, data);
@@ -54,7 +48,8 @@ int run(int argc, char** argv, int rank, int world, const MpiLocality& locality,
   const std::unique_ptr<StampClock> clock = ops->make_stamp_clock();
   Tracer tracer(*clock, !cfg.trace.empty(),
                 parse_trace_window(cfg.trace_steps).value_or(TraceWindow{}));
-  Trainer trainer(train_options(cfg), config_json(cfg), comms.for_trainer(where.plan), *ops, model,
+  const std::string stored_config = config_json(cfg);  // what checkpoints and the trace record
+  Trainer trainer(train_options(cfg), stored_config, comms.for_trainer(where.plan), *ops, model,
                   data, *log, &tracer);
   trainer.watch_stragglers(where.ranks);
   const StartState start =
@@ -65,9 +60,8 @@ int run(int argc, char** argv, int rank, int world, const MpiLocality& locality,
     return report_dry_run(cfg, run_shape(*id, where, trainer, data, *log), where.plan, *log);
   }
   if (cfg.eval_only) return evaluate_only(comms.control(), trainer, data, start.model_step, *log);
-  const TraceFile trace =
-      trace_file(tracer, cfg.trace, !cfg.trace_steps.empty(), start.first_step,
-                 trainer.total_steps(), hosts_of(where.ranks), config_json(cfg));
+  const TraceFile trace = trace_file(tracer, cfg.trace, !cfg.trace_steps.empty(), start.first_step,
+                                     trainer.total_steps(), hosts_of(where.ranks), stored_config);
   return train_and_report(comms.control(), cfg, trainer, data, *log,
                           cfg.trace.empty() ? nullptr : &trace);
 }

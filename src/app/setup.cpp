@@ -24,6 +24,7 @@
 #include "mnist_ddp/model/model.hpp"
 #include "mnist_ddp/ops/ops.hpp"
 #include "mnist_ddp/process/signals.hpp"
+#include "mnist_ddp/trace/trace_file.hpp"
 #include "mnist_ddp/train/test_seams.hpp"
 
 namespace mnist_ddp {
@@ -219,6 +220,14 @@ std::unique_ptr<Logger> open_log(Comm& control, const Config& cfg, const Identit
                         id.launcher, id.num_nodes));
   log->file("config: " + config_json(cfg));
   return log;
+}
+
+void check_trace_target(Comm& control, const Config& cfg) {
+  if (cfg.trace.empty()) return;  // the same on every rank: no collective is skipped by some
+  // Collective (agreement): every rank learns whether rank 0 can write the file.
+  run_agreed(control, [&] {
+    if (control.rank() == 0) check_trace_path(cfg.trace);
+  });
 }
 
 DataSplit load_data(Comm& control, const Config& cfg, const Identity& id, const Placement& where,

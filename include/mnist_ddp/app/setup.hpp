@@ -81,6 +81,10 @@ void announce(const Placement& where, int rank);
 // writable before any training; the run's header lines in the log.
 std::unique_ptr<Logger> open_log(Comm& control, const Config& cfg, const Identity& id);
 
+// Collective (agreement): with --trace, rank 0 checks that its file can be written (trace_file.hpp
+// check_trace_path), so a trace that cannot be written costs no run first; nothing without it.
+void check_trace_target(Comm& control, const Config& cfg);
+
 // Collective (agreement): the training and test splits, described in the log.
 DataSplit load_data(Comm& control, const Config& cfg, const Identity& id, const Placement& where,
                     Logger& log);

@@ -2,7 +2,9 @@
 // steps over the data, the optimizer and its learning rate, how gradients travel, what is done
 // between steps, checkpoints, what a stop does, and the test seams. The app layer builds them
 // from its Config (app/run_options.hpp: the one place a flag becomes an option), so the trainer
-// reads the settings it uses and nothing looks up to the command line.
+// reads the settings it uses and nothing looks up to the command line. app/run_options.cpp sets
+// every field from the flags; the initialisers below only keep a default-constructed struct
+// well-defined (the run's defaults are the flags', app/config.hpp).
 #pragma once
 
 #include <csignal>
