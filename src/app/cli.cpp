@@ -8,11 +8,13 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <functional>
 #include <limits>
 #include <map>
 #include <sstream>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -44,6 +46,21 @@ const CLI::Validator kNonNegative(
       return !parse_number(s, &v) || v >= 0 ? std::string() : "must be >= 0 (got " + s + ")";
     },
     ">= 0", "non-negative");
+
+// Every floating-point flag, on the command line and in --config (CLI11 runs a flag's checks on a
+// config file's value too): NaN passes every range check (each comparison with it is false) and
+// an infinity (or a value beyond the largest double, which reads as one) means no setting, so
+// both are refused by name. OptionTable::option adds it to each float flag: none can miss it.
+const CLI::Validator kFinite(
+    [](std::string& s) {
+      double v = 0;
+      if (!parse_number(s, &v) || std::isfinite(v)) return std::string();
+      return "must be a finite number (got " + s +
+             (std::isnan(v) || s.find_first_of("iI") != std::string::npos
+                  ? ")"
+                  : ", beyond the largest double)");
+    },
+    "", "finite");  // no --help text: every float flag has it
 
 // Enum flags are parsed as checked strings (readable --help), then mapped onto Config; the text
 // of a Config's values is what a user types for them (what config_json stores).
@@ -92,9 +109,9 @@ const std::vector<FlagGroup>& flag_groups() {
        {"--checkpoint-dir", "--checkpoint-every", "--keep", "--keep-best", "--resume",
         "--init-weights", "--eval-only", "--verify-checkpoints", "--requeue-signal", "--requeue"}},
       {"Logging and observability",
-       {"--log-dir", "--log-every", "--progress", "--print-env", "--straggler-every",
-        "--straggler-threshold", "--debug-collectives", "--flight-recorder", "--flight-dump-signal",
-        "--trace", "--trace-steps"}},
+       {"--log-dir", "--clear-logs", "--log-every", "--progress", "--print-env",
+        "--straggler-every", "--straggler-threshold", "--debug-collectives", "--flight-recorder",
+        "--flight-dump-signal", "--trace", "--trace-steps"}},
       {"GPU", {"--device", "--tf32", "--gpu-kernels", "--cuda-graphs", "--amp"}},
       {"CPU", {"--cpu-kernels", "--threads"}},
       {kTestSeamsGroup,
@@ -115,6 +132,8 @@ class OptionTable {
   template <class T>
   CLI::Option* option(const std::string& name, T& v, const std::string& help) {
     CLI::Option* o = app_.add_option(name, v, help)->group(group_of(name));
+    // First, before the flag's own range checks (their messages would compare with NaN).
+    if constexpr (std::is_floating_point_v<T>) o->check(kFinite);
     stored_.push_back(Stored{name, key_of(name), o, [&v] { return nlohmann::json(v); }});
     return o;
   }
@@ -261,7 +280,13 @@ void build(OptionTable& o, Config& c, EnumText& t) {
       ->check(CLI::IsMember(names_in(kAmpModeNames)));
   o.option("--threads", c.threads, "BLAS threads per rank (0: usable cores / ranks on this node)")
       ->check(CLI::Range(0, 1024));
-  o.option("--log-dir", c.log_dir, "rank 0 writes mnist_train.log and metrics.jsonl here");
+  o.option("--log-dir", c.log_dir,
+           "rank 0 writes mnist_train.log and metrics.jsonl here, after the records of earlier "
+           "runs in it (tools/compare_runs reads each run apart); one running job at a time "
+           "(a second is refused; --dry-run and --eval-only beside it print to the console only)");
+  o.flag("--clear-logs", c.clear_logs,
+         "empty --log-dir's mnist_train.log and metrics.jsonl before this run writes them "
+         "(default: append)");
   o.option("--checkpoint-dir", c.checkpoint_dir,
            "HDF5 checkpoints go here (checked writable before training)");
   o.option("--checkpoint-every", c.checkpoint_every,

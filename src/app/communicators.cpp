@@ -27,9 +27,12 @@ Communicators::~Communicators() {
   watchdog_.reset();  // joins its thread: nothing can abort through abort_via_ from here on
 }
 
-void Communicators::start_watchdog(const Config& cfg, int rank, const std::string& host) {
+void Communicators::start_watchdog(const Config& cfg, int rank, const std::string& host,
+                                   bool log_files) {
   debug_collectives_ = cfg.debug_collectives;
-  flight_.arm(static_cast<std::size_t>(cfg.flight_recorder), cfg.log_dir, cfg.flight_dump_signal);
+  // Off in a log directory another run holds: its dumps there are that run's.
+  flight_.arm(log_files ? static_cast<std::size_t>(cfg.flight_recorder) : 0, cfg.log_dir,
+              cfg.flight_dump_signal);
   // No collective may stay in flight longer than --collective-timeout: the watchdog aborts the
   // job through the data communicator once there is one (NCCL must be aborted too), else MPI.
   if (cfg.collective_timeout > 0) {

@@ -29,14 +29,17 @@ int run(int argc, char** argv, int rank, int world, const MpiLocality& locality,
   Communicators comms(flight);
   Config cfg;
   if (!configure(comms.control(), *id, argc, argv, cfg)) return kExitOk;
-  comms.start_watchdog(cfg, rank, host);
+  // Collective: --log-dir is this run's (a training run's lock) before the flight recorder,
+  // armed with the watchdog, clears its old dumps there.
+  const LogDirClaim logs = claim_log_dir(comms.control(), cfg);
+  comms.start_watchdog(cfg, rank, host, logs.files());
   const std::unique_ptr<DirLock> lock = lock_checkpoint_dir(comms.control(), cfg);  // collective
   const Placement where = place(comms.control(), cfg, *id, host);
   if (cfg.print_env) return print_env(*id, where, host);
   if (cfg.verify_checkpoints) return verify_checkpoint_dir(comms.control(), cfg.checkpoint_dir);
   announce(where, rank);
   flight.set_hosts(where.ranks);  // a dump names every rank's host, a silent peer's included
-  const std::unique_ptr<Logger> log = open_log(comms.control(), cfg, *id);
+  const std::unique_ptr<Logger> log = open_log(comms.control(), cfg, *id, logs);
   check_trace_target(comms.control(), cfg);  // collective
   DataSplit data = load_data(comms.control(), cfg, *id, where, *log);
   if (where.plan.nccl()) comms.open_nccl();  // collective: NCCL's id travels by MPI
@@ -82,8 +85,13 @@ int main(int argc, char** argv) {
   const int code = exit_status_of(
       rank, [&] { return run(argc, argv, rank, world, locality, host, flight); },
       [&](const std::string& why) { flight.dump(why); });
-  // Teardown in order: NCCL went with run()'s scope, then the CUDA context, then MPI.
+  // The run is over on this rank: a stop signal from here on (a launcher ending the job because
+  // another rank exited first) leaves with this status, dumping nothing.
+  const bool agreed = exit_decided();
+  decide_exit(code);
+  // Teardown in order: NCCL went with run()'s scope, then the CUDA context, then MPI (together
+  // when every rank agreed to stop: all of them reach this point).
   release_cuda_device();
-  mpi_finalize();
+  mpi_finalize(agreed);
   return code;
 }

@@ -45,6 +45,9 @@ int exit_status_of(int rank, const std::function<int()>& body,
   try {
     return body();
   } catch (const AgreedExit& e) {
+    // Every rank agreed to stop here: from now on the launcher's SIGTERM (it ends the others when
+    // the first rank exits non-zero) is no failure to dump, only this exit a moment early.
+    decide_exit(e.code);
     return e.code;
   } catch (const UserError& e) {
     // A user error outside an agreement point (all ranks hit it together, e.g. the replica
@@ -165,6 +168,34 @@ int verify_checkpoint_dir(Comm& control, const std::string& dir) {
   return bad > 0 ? kExitUserError : kExitOk;
 }
 
+LogDirClaim claim_log_dir(Comm& control, const Config& cfg) {
+  LogDirClaim claim;
+  const bool visits = cfg.dry_run || cfg.eval_only || cfg.print_env || cfg.verify_checkpoints;
+  std::vector<std::string> notes;
+  // Collective (agreement): a directory held by another run is one error, on every rank.
+  run_agreed(control, [&] {
+    if (control.rank() != 0) return;
+    if (visits) {
+      claim.held_by = DirLock::holder_if_held(cfg.log_dir, kLogDir);
+    } else {
+      claim.lock = DirLock::acquire(cfg.log_dir, &notes, kLogDir);
+    }
+  });
+  for (const auto& n : notes) std::fprintf(stderr, "mnist_ddp: warning: %s\n", n.c_str());
+  if (!visits) return claim;
+  // Collective: every rank learns whether it may write there (its flight recorder among them).
+  std::vector<std::string> held = gather_strings(control, claim.held_by);
+  claim.held_by = held.empty() ? "" : held.front();
+  if (control.rank() == 0 && !claim.held_by.empty()) {
+    std::fprintf(stderr,
+                 "mnist_ddp: warning: --log-dir %s is in use (%s): this %s leaves its files alone "
+                 "and prints to the console only (no flight-recorder dumps either)\n",
+                 cfg.log_dir.c_str(), claim.held_by.c_str(),
+                 cfg.dry_run ? "dry run" : (cfg.eval_only ? "evaluation" : "check"));
+  }
+  return claim;
+}
+
 std::unique_ptr<DirLock> lock_checkpoint_dir(Comm& control, const Config& cfg) {
   std::unique_ptr<DirLock> lock;
   if (cfg.eval_only || cfg.verify_checkpoints || cfg.print_env) return lock;
@@ -191,15 +222,20 @@ void announce(const Placement& where, int rank) {
   set_compute_threads(where.threads);
 }
 
-std::unique_ptr<Logger> open_log(Comm& control, const Config& cfg, const Identity& id) {
+std::unique_ptr<Logger> open_log(Comm& control, const Config& cfg, const Identity& id,
+                                 const LogDirClaim& logs) {
   std::unique_ptr<Logger> log;
   run_agreed(control, [&] {
     const bool tty = cfg.progress == Progress::On ||
                      (cfg.progress == Progress::Auto && isatty(fileno(stdout)) != 0);
-    // A resumed run appends to the log and metrics of the run it continues; a dry run appends
-    // to the log only (it leaves the last run's files as they are).
-    log = std::make_unique<Logger>(id.rank, cfg.log_dir, tty, cfg.resume != "none" || cfg.dry_run,
-                                   !cfg.dry_run);
+    // Every run appends after the records of the runs before it in this directory (a resumed
+    // run continues its lineage there, a new one starts another), unless --clear-logs; a dry run
+    // appends to the log only (metrics.jsonl stays as the last run left it), and a visitor
+    // beside a running job writes nothing there.
+    const LogFiles files = !logs.files()                    ? LogFiles::None
+                           : cfg.clear_logs && !cfg.dry_run ? LogFiles::Truncate
+                                                            : LogFiles::Append;
+    log = std::make_unique<Logger>(id.rank, cfg.log_dir, tty, files, !cfg.dry_run);
   });
   // Before any training: a checkpoint directory that cannot be written is an error now, not
   // after an hour of lost work (a dry run checks without creating or writing anything).

@@ -1,5 +1,5 @@
-// dir_lock.cpp — the checkpoint directory's lock: fcntl write lock + holder record + heartbeat
-// (dir_lock.hpp).
+// dir_lock.cpp — a directory's lock (the checkpoint and the log directory): fcntl write lock +
+// holder record + heartbeat (dir_lock.hpp).
 #include "mnist_ddp/checkpoint/dir_lock.hpp"
 
 #include <fcntl.h>
@@ -82,7 +82,7 @@ std::optional<LockHolder> read_record_fd(int fd) {
   return parse_record(text, age);
 }
 
-void write_record(int fd, const LockHolder& h, const std::string& path) {
+void write_record(int fd, const LockHolder& h, const std::string& path, const LockedDir& kind) {
   const std::string text = nlohmann::json{{"holder", "mnist_ddp"},
                                           {"state", h.state},
                                           {"host", h.host},
@@ -95,10 +95,8 @@ void write_record(int fd, const LockHolder& h, const std::string& path) {
   if (::ftruncate(fd, 0) != 0 ||
       ::pwrite(fd, text.data(), text.size(), 0) != static_cast<ssize_t>(text.size()) ||
       ::fsync(fd) != 0) {
-    throw UserError(
-        fmt::format("{}: cannot write the lock record: {}; pass a writable "
-                    "--checkpoint-dir",
-                    path, std::strerror(errno)));
+    throw UserError(fmt::format("{}: cannot write the lock record: {}; pass a writable {}", path,
+                                std::strerror(errno), kind.flag));
   }
 }
 
@@ -171,8 +169,8 @@ LockDecision decide_lock(OsLock os, const std::optional<LockHolder>& record, con
   return {LockAction::Refuse, true, "unknown lock state"};
 }
 
-std::optional<LockHolder> read_lock_record(const std::string& dir) {
-  const std::string path = (fs::path(dir) / kLockFileName).string();
+std::optional<LockHolder> read_lock_record(const std::string& dir, const LockedDir& kind) {
+  const std::string path = (fs::path(dir) / kind.file_name).string();
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return std::nullopt;
   auto r = read_record_fd(fd);
@@ -180,21 +178,19 @@ std::optional<LockHolder> read_lock_record(const std::string& dir) {
   return r;
 }
 
-std::unique_ptr<DirLock> DirLock::acquire(const std::string& dir, std::vector<std::string>* notes) {
+std::unique_ptr<DirLock> DirLock::acquire(const std::string& dir, std::vector<std::string>* notes,
+                                          const LockedDir& kind) {
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) {
-    throw UserError(fmt::format(
-        "--checkpoint-dir {}: cannot create the directory: {}; pass a writable --checkpoint-dir",
-        dir, ec.message()));
+    throw UserError(fmt::format("{} {}: cannot create the directory: {}; pass a writable {}",
+                                kind.flag, dir, ec.message(), kind.flag));
   }
-  const std::string path = (fs::path(dir) / kLockFileName).string();
+  const std::string path = (fs::path(dir) / kind.file_name).string();
   const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   if (fd < 0) {
-    throw UserError(
-        fmt::format("--checkpoint-dir {}: cannot open its lock file {}: {}; pass a "
-                    "writable --checkpoint-dir",
-                    dir, path, std::strerror(errno)));
+    throw UserError(fmt::format("{} {}: cannot open its lock file {}: {}; pass a writable {}",
+                                kind.flag, dir, path, std::strerror(errno), kind.flag));
   }
   const LockHolder me = this_process_as_holder();
   const auto t0 = std::chrono::steady_clock::now();
@@ -213,10 +209,9 @@ std::unique_ptr<DirLock> DirLock::acquire(const std::string& dir, std::vector<st
     if (d.action != LockAction::Take) {
       ::close(fd);
       throw UserError(fmt::format(
-          "--checkpoint-dir {} is in use: {}. One run writes a checkpoint directory at a time "
-          "(its --keep rotation would delete the other's checkpoints): pass another "
-          "--checkpoint-dir, or wait for that run to end{}",
-          dir, d.note,
+          "{} {} is in use: {}. One run writes {} at a time ({}): pass another {}, or wait for "
+          "that run to end{}",
+          kind.flag, dir, d.note, kind.what, kind.why, kind.flag,
           os == OsLock::HeldElsewhere
               ? ""
               : fmt::format(" (a record whose heartbeat stops counts as gone after {:.0f} s)",
@@ -226,48 +221,73 @@ std::unique_ptr<DirLock> DirLock::acquire(const std::string& dir, std::vector<st
       notes->push_back(fmt::format("{}: fcntl locks are not supported here ({}): {}", path,
                                    std::strerror(err), d.note));
     } else if (!d.note.empty()) {
-      notes->push_back(fmt::format("--checkpoint-dir {}: {}", dir, d.note));
+      notes->push_back(fmt::format("{} {}: {}", kind.flag, dir, d.note));
     }
-    write_record(fd, me, path);
-    return std::unique_ptr<DirLock>(new DirLock(path, fd));
+    write_record(fd, me, path, kind);
+    return std::unique_ptr<DirLock>(new DirLock(path, fd, kind));
   }
 }
 
-void DirLock::check(const std::string& dir, std::vector<std::string>* notes) {
-  const std::string path = (fs::path(dir) / kLockFileName).string();
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);  // never created, never written
-  if (fd < 0) {
-    if (errno == ENOENT) return;  // no run has held it
-    throw UserError(fmt::format(
-        "--checkpoint-dir {}: cannot open its lock file {}: {}; pass a writable --checkpoint-dir",
-        dir, path, std::strerror(errno)));
-  }
+namespace {
+
+// What acquire() would decide for dir now, read without taking or writing anything. nullopt:
+// no lock file yet (no run has held it: free).
+struct LockVerdict {
+  OsLock os = OsLock::Acquired;
   int err = 0;
-  const OsLock os = os_lock(fd, false, &err);  // asked, not taken
+  std::string path;
+  LockDecision decision;
+};
+std::optional<LockVerdict> verdict_of(const std::string& dir, const LockedDir& kind) {
+  LockVerdict v;
+  v.path = (fs::path(dir) / kind.file_name).string();
+  const int fd = ::open(v.path.c_str(), O_RDONLY | O_CLOEXEC);  // never created, never written
+  if (fd < 0) {
+    if (errno == ENOENT) return std::nullopt;  // no run has held it
+    throw UserError(fmt::format("{} {}: cannot open its lock file {}: {}; pass a writable {}",
+                                kind.flag, dir, v.path, std::strerror(errno), kind.flag));
+  }
+  v.os = os_lock(fd, false, &v.err);  // asked, not taken
   const std::optional<LockHolder> record = read_record_fd(fd);
   ::close(fd);
   const LockHolder me = this_process_as_holder();
   const bool alive = record && record->host == me.host && pid_alive(record->pid);
-  const LockDecision d = decide_lock(os, record, me, alive);
+  v.decision = decide_lock(v.os, record, me, alive);
+  return v;
+}
+
+}  // namespace
+
+void DirLock::check(const std::string& dir, std::vector<std::string>* notes,
+                    const LockedDir& kind) {
+  const std::optional<LockVerdict> v = verdict_of(dir, kind);
+  if (!v) return;
+  const LockDecision& d = v->decision;
   if (d.action == LockAction::Refuse) {
     throw UserError(fmt::format(
-        "--checkpoint-dir {} is in use: {}. One run writes a checkpoint directory at a time: "
-        "pass another --checkpoint-dir, or wait for that run to end",
-        dir, d.note));
+        "{} {} is in use: {}. One run writes {} at a time ({}): pass another {}, or wait for "
+        "that run to end",
+        kind.flag, dir, d.note, kind.what, kind.why, kind.flag));
   }
   if (d.action == LockAction::Wait) {
-    notes->push_back(
-        fmt::format("--checkpoint-dir {}: {}; a run would wait up to {:.0f} s for it to finish",
-                    dir, d.note, kLockSameJobWaitSeconds));
-  } else if (os == OsLock::Unsupported) {
-    notes->push_back(fmt::format("{}: fcntl locks are not supported here ({}): {}", path,
-                                 std::strerror(err), d.note));
+    notes->push_back(fmt::format("{} {}: {}; a run would wait up to {:.0f} s for it to finish",
+                                 kind.flag, dir, d.note, kLockSameJobWaitSeconds));
+  } else if (v->os == OsLock::Unsupported) {
+    notes->push_back(fmt::format("{}: fcntl locks are not supported here ({}): {}", v->path,
+                                 std::strerror(v->err), d.note));
   } else if (!d.note.empty()) {
-    notes->push_back(fmt::format("--checkpoint-dir {}: {}", dir, d.note));
+    notes->push_back(fmt::format("{} {}: {}", kind.flag, dir, d.note));
   }
 }
 
-DirLock::DirLock(std::string path, int fd) : path_(std::move(path)), fd_(fd) {
+std::string DirLock::holder_if_held(const std::string& dir, const LockedDir& kind) {
+  const std::optional<LockVerdict> v = verdict_of(dir, kind);
+  if (!v || v->decision.action == LockAction::Take) return "";
+  return v->decision.note;
+}
+
+DirLock::DirLock(std::string path, int fd, const LockedDir& kind)
+    : path_(std::move(path)), fd_(fd), kind_(kind) {
   heartbeat_ = std::thread([this] { heartbeat_loop(); });
 }
 
@@ -291,7 +311,7 @@ DirLock::~DirLock() {
   try {
     LockHolder done = this_process_as_holder();
     done.state = "released";
-    write_record(fd_, done, path_);
+    write_record(fd_, done, path_, kind_);
   } catch (const UserError&) {
   }
   ::close(fd_);

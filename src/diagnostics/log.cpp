@@ -17,10 +17,19 @@
 
 namespace mnist_ddp {
 
-Logger::Logger(int rank, const std::string& log_dir, bool live_progress, bool append,
+Logger::Logger(int rank, const std::string& log_dir, bool live_progress, LogFiles files,
                bool metrics_file)
     : rank_(rank), live_(live_progress && rank == 0) {
   if (rank_ != 0) return;
+  log_path_ = log_dir + "/mnist_train.log";
+  metrics_path_ = log_dir + "/metrics.jsonl";
+  auto console_sink = std::make_shared<spdlog::sinks::stdout_sink_st>();
+  console_sink->set_pattern("%v");
+  if (files == LogFiles::None) {
+    console_ = std::make_shared<spdlog::logger>("mnist_ddp", console_sink);
+    console_->flush_on(spdlog::level::info);
+    return;
+  }
   std::error_code ec;
   std::filesystem::create_directories(log_dir, ec);
   if (ec) {
@@ -29,13 +38,13 @@ Logger::Logger(int rank, const std::string& log_dir, bool live_progress, bool ap
                     "--log-dir",
                     log_dir, ec.message()));
   }
-  log_path_ = log_dir + "/mnist_train.log";
-  metrics_path_ = log_dir + "/metrics.jsonl";
-  if (metrics_file)
+  const bool append = files == LogFiles::Append;
+  if (metrics_file) {
     metrics_.open(metrics_path_, std::ios::out | (append ? std::ios::app : std::ios::trunc));
-  if (metrics_file && !metrics_) {
-    throw UserError(fmt::format("--log-dir {}: cannot write {}: {}; pass a writable --log-dir",
-                                log_dir, metrics_path_, std::strerror(errno)));
+    if (!metrics_) {
+      throw UserError(fmt::format("--log-dir {}: cannot write {}: {}; pass a writable --log-dir",
+                                  log_dir, metrics_path_, std::strerror(errno)));
+    }
   }
   try {
     auto file_sink = std::make_shared<spdlog::sinks::basic_file_sink_st>(log_path_, !append);
@@ -43,8 +52,6 @@ Logger::Logger(int rank, const std::string& log_dir, bool live_progress, bool ap
     // zones (or a cluster's UTC against a laptop's local time) compare as they are.
     file_sink->set_formatter(std::make_unique<spdlog::pattern_formatter>(
         "[%Y-%m-%dT%H:%M:%S.%eZ] %v", spdlog::pattern_time_type::utc));
-    auto console_sink = std::make_shared<spdlog::sinks::stdout_sink_st>();
-    console_sink->set_pattern("%v");
     console_ = std::make_shared<spdlog::logger>("mnist_ddp",
                                                 spdlog::sinks_init_list{console_sink, file_sink});
     file_ = std::make_shared<spdlog::logger>("mnist_ddp_file", file_sink);
@@ -74,7 +81,7 @@ void Logger::info(const std::string& line) {
 }
 
 void Logger::file(const std::string& line) {
-  if (rank_ != 0) return;
+  if (rank_ != 0 || !file_) return;
   file_->info(line);
 }
 
@@ -84,7 +91,7 @@ void Logger::warn(const std::string& line) {
   std::fflush(stdout);  // the lines before it first, where both streams share a terminal or file
   std::fprintf(stderr, "mnist_ddp: warning: %s\n", line.c_str());
   std::fflush(stderr);
-  file_->info("warning: " + line);
+  if (file_) file_->info("warning: " + line);
 }
 
 void Logger::metrics(const nlohmann::json& record) {

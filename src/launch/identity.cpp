@@ -220,7 +220,9 @@ std::string host_name() {
   return buf;
 }
 
-void mpi_finalize() {
+void mpi_finalize(bool together) {
+  // Collective (agreed exits only): no rank exits before every rank has decided its exit.
+  if (together) MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
   MPI_CHECK(MPI_Finalize());
 }
 

@@ -116,6 +116,38 @@ else
   fail "srun_without_pmi rc=$RC" "$(show)"
 fi
 
+# 5b. A configuration every task refuses is one clean exit under srun too (tests/e2e/refusal_test.sh
+#     under mpirun): srun --kill-on-bad-exit ends the other tasks the moment the first exits 2, and
+#     none of them may dump its flight recorder or say "SIGTERM received". SLURM_REFUSALS (50 by
+#     default) steps in one allocation, 4 tasks on 2 nodes, the three kinds in turn.
+n_ref="${SLURM_REFUSALS:-50}"
+cat >"$TMP/refusals.sh" <<EOS
+for ((i = 0; i < $n_ref; i++)); do
+  case \$((i % 3)) in 0) f="--lr nan" ;; 1) f="--amp fp16" ;; 2) f="--data $TMP/no-such-data" ;; esac
+  srun --mpi=pmix --kill-on-bad-exit=1 ./mnist_ddp --device cpu --data "$SMALL" --max-steps 1 \
+    --progress off --log-dir "$TMP/ref\$i.l" --checkpoint-dir "$TMP/ref\$i.c" \$f \
+    >"$TMP/ref\$i.out" 2>"$TMP/ref\$i.err"
+  echo "\$?" >"$TMP/ref\$i.rc"
+done
+EOS
+t0=$SECONDS
+run srun_refusals 600 salloc -N2 -n4 bash "$TMP/refusals.sh"
+clean=0 first_bad=""
+for ((i = 0; i < n_ref; i++)); do
+  e="$TMP/ref$i.err"
+  if [[ "$(cat "$TMP/ref$i.rc" 2>/dev/null)" == 2 ]] && [[ $(grep -c "^mnist_ddp: error: " "$e") == 1 ]] &&
+     ! grep -q "flight recorder\|received)" "$e" && [[ -z "$(ls "$TMP/ref$i.l"/flight-rank* 2>/dev/null)" ]]; then
+    clean=$((clean + 1))
+  elif [[ -z "$first_bad" ]]; then
+    first_bad="step $i: rc=$(cat "$TMP/ref$i.rc" 2>/dev/null): $(tr '\n' ' ' <"$e" | cut -c1-400)"
+  fi
+done
+if ((clean == n_ref)); then
+  pass "srun_refusals_leave_cleanly ($n_ref srun steps of 4 tasks on 2 nodes: $clean clean, 0 dumps, $((SECONDS - t0)) s)"
+else
+  fail "srun_refusals_leave_cleanly: $clean of $n_ref clean" "$first_bad" "$(show)"
+fi
+
 # The workflow runs below (preemption, failures, flight dump, restarts) train at --batch-size 20:
 # what they check is steps, signals, files and exit states, and a step costs a fifth.
 # 6. Preemption: SIGUSR1 (what --signal=USR1@120 sends; here scancel --signal=USR1) makes the

@@ -1,10 +1,12 @@
 // cli_test.cpp — the command line: defaults, rejections that name the flag, and docs/flags.md
 // documenting every flag the parser knows (so usage text cannot drift from the docs).
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <nlohmann/json.hpp>
 
+#include <filesystem>
 #include <fstream>
 #include <regex>
 #include <set>
@@ -152,6 +154,54 @@ TEST(Cli, RejectionsNameTheFlag) {
             std::string::npos);
   EXPECT_NE(parse_error({"--gpu-kernels", "own", "--amp", "bf16"}).find("with --amp bf16"),
             std::string::npos);
+}
+
+// Every floating-point flag, found the way a user finds them (--help-all's FLOAT type), refuses
+// NaN, the infinities and values that overflow to one, naming the flag, on the command line and
+// in --config's TOML (whose nan/inf literals CLI11 hands over as text). The set from --help-all
+// is checked against the stored configuration's float values, so a float flag whose help hides
+// its type is not skipped silently.
+TEST(Cli, EveryFloatFlagRefusesNonFiniteValues) {
+  const std::string all = help_text(true);
+  std::set<std::string> floats;
+  const std::regex float_flag(R"((--[a-z0-9-]+) FLOAT)");
+  for (auto it = std::sregex_iterator(all.begin(), all.end(), float_flag);
+       it != std::sregex_iterator(); ++it) {
+    floats.insert((*it)[1].str());
+  }
+  std::set<std::string> stored_floats;
+  const nlohmann::json stored = nlohmann::json::parse(config_json(Config{}));
+  for (const auto& [key, value] : stored.items()) {
+    if (!value.is_number_float()) continue;
+    std::string flag = "--" + key;
+    std::replace(flag.begin(), flag.end(), '_', '-');
+    stored_floats.insert(flag);
+  }
+  EXPECT_EQ(floats, stored_floats);
+  ASSERT_GE(floats.size(), 9u);  // lr, momentum, ..., the straggler threshold: at least these
+  const std::filesystem::path toml =
+      std::filesystem::temp_directory_path() / ("cli_test_finite_" + std::to_string(getpid()));
+  for (const std::string& flag : floats) {
+    for (const char* bad : {"nan", "NaN", "-nan", "inf", "-inf", "infinity", "1e400", "-1e999"}) {
+      const std::string e = parse_error({flag, bad});
+      EXPECT_NE(e.find(flag + ": must be a finite number (got " + bad), std::string::npos)
+          << flag << " " << bad << ": " << e;
+    }
+    for (const char* bad : {"nan", "inf", "-inf", "1e400"}) {
+      {
+        std::ofstream f(toml);
+        f << flag.substr(2) << " = " << bad << "\n";
+      }
+      const std::string e = parse_error({"--config", toml.string()});
+      EXPECT_NE(e.find(flag + ": must be a finite number"), std::string::npos)
+          << flag << " = " << bad << " in --config: " << e;
+      EXPECT_NE(e.find(toml.string()), std::string::npos) << e;
+    }
+  }
+  std::filesystem::remove(toml);
+  // Finite values at the edges still parse: the largest double, an underflow to 0.
+  EXPECT_EQ(parse_ok({"--collective-timeout", "1e-400"}).collective_timeout, 0.0);
+  EXPECT_DOUBLE_EQ(parse_ok({"--lr", "1e300"}).lr, 1e300);
 }
 
 TEST(Cli, TraceFlagsParseAndTheirMistakesNameTheFlag) {

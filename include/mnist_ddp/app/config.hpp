@@ -42,6 +42,7 @@ struct Config {
   AmpMode amp = AmpMode::Off;  // mixed precision (GPU): fp16 + loss scaling, or bf16
   int threads = 1;             // BLAS threads per rank; 0: usable cores / ranks on this node
   std::string log_dir = "logging";
+  bool clear_logs = false;  // --clear-logs: empty the log and metrics files first (else append)
   std::string checkpoint_dir = "checkpoints";
   std::int64_t checkpoint_every = 0;  // steps; 0: only at epoch ends and at the end
   int keep = 3;

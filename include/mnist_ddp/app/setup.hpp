@@ -34,7 +34,8 @@ int prepare_process();
 // Runs the job's body and turns how it ended into the exit status: an agreed error's code, a user
 // error met by every rank together (rank 0 reports it), or, for anything unexpected on this rank
 // only (the others may be inside a collective), an abort of the whole job. on_failure(why) runs
-// first on every rank an error ends (the flight recorder's dump), not for agreed exits.
+// first on every rank an error ends (the flight recorder's dump), not for agreed exits, which
+// decide the exit (process/signals.hpp decide_exit) before they unwind the run.
 int exit_status_of(int rank, const std::function<int()>& body,
                    const std::function<void(const std::string&)>& on_failure);
 
@@ -47,6 +48,20 @@ std::optional<Identity> identify(int rank, int world, const MpiLocality& localit
 // Collective (agreement): the command line (and --config's file), and the requeue signal's
 // handler. False when the run ends here (--help, --version, --write-config: written).
 bool configure(Comm& control, const Identity& id, int argc, char** argv, Config& cfg);
+
+// The log directory as this run has it: held (the lock, for the run's life), or only visited.
+struct LogDirClaim {
+  std::unique_ptr<DirLock> lock;  // a training run's (rank 0's); nullptr otherwise
+  // Who holds the directory when this invocation only visits it (--dry-run, --eval-only,
+  // --print-env, --verify-checkpoints beside a running job); "" when nobody does. Every rank.
+  std::string held_by;
+  bool files() const { return held_by.empty(); }  // whether this run may write its files
+};
+// Collective (agreement): a training run takes --log-dir's lock (dir_lock.hpp kLogDir) before
+// anything writes there (the flight recorder clears its old dumps when armed): a directory held
+// by another running job is one error naming it and its holder, every rank exits 2. A visiting
+// invocation takes no lock and, beside a holder, writes nothing there (the console only).
+LogDirClaim claim_log_dir(Comm& control, const Config& cfg);
 
 // Collective (agreement): a run that will write checkpoints takes its directory's lock (rank 0
 // holds it; dir_lock.hpp) before it touches anything, and keeps it until the returned object goes
@@ -77,9 +92,11 @@ int verify_checkpoint_dir(Comm& control, const std::string& dir);
 // Rank 0's placement table; the compute threads set.
 void announce(const Placement& where, int rank);
 
-// Collective (agreements): the log (appending when resuming) and a checkpoint directory proven
-// writable before any training; the run's header lines in the log.
-std::unique_ptr<Logger> open_log(Comm& control, const Config& cfg, const Identity& id);
+// Collective (agreements): the log (appended to, --clear-logs empties it first; the console only
+// when the directory is another run's: logs.files()) and a checkpoint directory proven writable
+// before any training; the run's header lines in the log.
+std::unique_ptr<Logger> open_log(Comm& control, const Config& cfg, const Identity& id,
+                                 const LogDirClaim& logs);
 
 // Collective (agreement): with --trace, rank 0 checks that its file can be written (trace_file.hpp
 // check_trace_path), so a trace that cannot be written costs no run first; nothing without it.

@@ -1,5 +1,7 @@
-// dir_lock.hpp — one writer per checkpoint directory. A run that writes checkpoints holds
-// DIR/.mnist_ddp.lock from before training until it exits: an fcntl write lock (the operating
+// dir_lock.hpp — one writer per directory: the checkpoint directory (DIR/.mnist_ddp.lock) and the
+// log directory (DIR/.mnist_ddp.log.lock: the train log, metrics.jsonl and the flight recorder's
+// dumps), each its own lock file, so one directory can be both. A run that writes it holds the
+// lock from before training until it exits: an fcntl write lock (the operating
 // system's, which NFS v3 (lockd) and v4 carry across hosts and Lustre carries when mounted with
 // -o flock) plus a holder record in the file (host, pid, Slurm job) whose mtime the holder touches
 // every kLockHeartbeatSeconds. A second run aimed at a held directory is refused before it touches
@@ -19,6 +21,22 @@
 namespace mnist_ddp {
 
 inline constexpr const char* kLockFileName = ".mnist_ddp.lock";
+
+// Which directory a lock guards, in the user's words: the flag that names it, its lock file, and
+// why two runs must not share it (said in the refusal).
+struct LockedDir {
+  const char* flag;       // "--checkpoint-dir"
+  const char* file_name;  // ".mnist_ddp.lock"
+  const char* what;       // "a checkpoint directory"
+  const char* why;        // "its --keep rotation would delete the other's checkpoints"
+};
+inline constexpr LockedDir kCheckpointDir{
+    "--checkpoint-dir", kLockFileName, "a checkpoint directory",
+    "its --keep rotation would delete the other's checkpoints"};
+inline constexpr LockedDir kLogDir{
+    "--log-dir", ".mnist_ddp.log.lock", "a log directory",
+    "both would write mnist_train.log and metrics.jsonl, and each would remove the other's "
+    "flight-recorder dumps"};
 inline constexpr double kLockHeartbeatSeconds = 15;
 // A record whose heartbeat is older than this belongs to a holder that is gone (8 missed beats).
 inline constexpr double kLockStaleSeconds = 120;
@@ -67,11 +85,16 @@ class DirLock {
   // Takes the lock on dir (created if needed). Throws UserError (exit 2) naming the directory, the
   // holder and the fix when it is held. `notes` receives what a user should read (a holder that
   // did not release, a file system without locks).
-  static std::unique_ptr<DirLock> acquire(const std::string& dir, std::vector<std::string>* notes);
+  static std::unique_ptr<DirLock> acquire(const std::string& dir, std::vector<std::string>* notes,
+                                          const LockedDir& kind = kCheckpointDir);
   // --dry-run: the same verdict as acquire() without taking the lock or writing anything (a
   // directory or lock file that does not exist yet is free). UserError as acquire() when held;
   // `notes` as acquire(), and a holder of this Slurm job that acquire() would wait for.
-  static void check(const std::string& dir, std::vector<std::string>* notes);
+  static void check(const std::string& dir, std::vector<std::string>* notes,
+                    const LockedDir& kind = kCheckpointDir);
+  // Who holds dir's lock, when acquire() would refuse or wait ("held by host ... pid ..."); empty
+  // when a run could take it. Reads only (--eval-only and --dry-run beside a running job).
+  static std::string holder_if_held(const std::string& dir, const LockedDir& kind);
   ~DirLock();
   DirLock(const DirLock&) = delete;
   DirLock& operator=(const DirLock&) = delete;
@@ -79,11 +102,12 @@ class DirLock {
   const std::string& path() const { return path_; }
 
  private:
-  DirLock(std::string path, int fd);
+  DirLock(std::string path, int fd, const LockedDir& kind);
   void heartbeat_loop();
 
   std::string path_;
   int fd_ = -1;
+  LockedDir kind_;
   std::mutex mutex_;
   std::condition_variable wake_;
   bool stop_ = false;
@@ -94,6 +118,7 @@ class DirLock {
 LockHolder this_process_as_holder();
 
 // The record in dir's lock file, if there is one that parses (for tools and tests).
-std::optional<LockHolder> read_lock_record(const std::string& dir);
+std::optional<LockHolder> read_lock_record(const std::string& dir,
+                                           const LockedDir& kind = kCheckpointDir);
 
 }  // namespace mnist_ddp

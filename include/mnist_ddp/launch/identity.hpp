@@ -67,8 +67,11 @@ void mpi_query(int* rank, int* world, MpiLocality* locality);
 // This machine's hostname.
 std::string host_name();
 
-// MPI_Finalize (last step of the explicit teardown in main).
-void mpi_finalize();
+// MPI_Finalize (last step of the explicit teardown in main). together: every rank agreed to stop
+// at the same point (an agreed refusal), so all are alive and on their way here; a barrier first
+// makes none leave MPI, and exit, before every other has decided its exit (signals.hpp
+// decide_exit): the launcher's SIGTERM to a slower rank then finds it leaving, not running.
+void mpi_finalize(bool together = false);
 
 // Number of CPU cores this process may run on (sched_getaffinity).
 int usable_cores();

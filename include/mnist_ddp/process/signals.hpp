@@ -11,6 +11,14 @@ namespace mnist_ddp {
 
 // Installs the SIGINT and SIGTERM handlers (idempotent).
 void install_stop_handlers();
+// The run's exit status is decided on this rank: every rank agreed to stop (a refused
+// configuration, a failed phase: comm/agree.hpp run_agreed), or the run is over (main). From here
+// on a stop signal ends the process at once with `code` and dumps nothing: it is the launcher
+// ending the ranks still on their way out, because a faster one exited non-zero first. Flushes
+// stdio first (a _exit from the handler would lose what is buffered).
+void decide_exit(int code);
+// Whether decide_exit was called (an agreed stop: main then leaves MPI with the other ranks).
+bool exit_decided();
 // Makes signo (the --requeue-signal, SIGUSR1 by default) a stop signal like SIGTERM.
 void install_requeue_handler(int signo);
 // The flight recorder's dump pipe (-1: none). While set, the first stop signal and the dump
