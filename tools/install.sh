@@ -60,7 +60,7 @@ put() {  # put SRC DEST_REL MODE
 put mnist_ddp bin/mnist_ddp 755
 [[ -f libmnist_ddp_cuda.so ]] && put libmnist_ddp_cuda.so bin/libmnist_ddp_cuda.so 755
 [[ -x build/bench/comm_bench ]] && put build/bench/comm_bench libexec/mnist_ddp/comm_bench 755
-for f in compare_runs flight_analyze plot_metrics scaling_projection convnet_torch.py \
+for f in compare_runs flight_analyze plot_metrics scaling_projection metrics_jsonl.py convnet_torch.py \
          export_to_pytorch.py import_from_pytorch.py stamp_file_crc.py ckpt_crc.py; do
   put "tools/$f" "share/mnist_ddp/tools/$f" "$([[ -x tools/$f ]] && echo 755 || echo 644)"
 done

@@ -84,14 +84,14 @@ else
   fail "healthy dump rc=$RC analyzer=$ARC pids='$pids'" "$(show)" "$(cat "$TMP/healthy.verdict")"
 fi
 
-# 5. The analyzer on a directory without dumps, or with a damaged one: one clear message, exit 2
-#    (a damaged dump is skipped and named).
+# 5. The analyzer on a directory without dumps, or with only a damaged one: one clear line naming
+#    it, exit 2 (beside readable dumps a damaged one is skipped and named).
 mkdir -p "$TMP/empty" "$TMP/damaged" && echo '{"rank": 0, "world": 2, "com' >"$TMP/damaged/flight-rank0.json"
 analyze empty "$TMP/empty"
 analyze damaged "$TMP/damaged"
 if [[ $ARC -eq 2 ]] && grep -q "no flight-rank<R>.json in $TMP/empty" "$TMP/empty.verdict" &&
-   grep -q "skipped unreadable dump $TMP/damaged/flight-rank0.json" "$TMP/damaged.verdict" &&
-   grep -q "no flight-rank<R>.json in $TMP/damaged" "$TMP/damaged.verdict"; then
+   grep -q "no flight-rank<R>.json in $TMP/damaged can be read: $TMP/damaged/flight-rank0.json: not whole JSON" "$TMP/damaged.verdict" &&
+   [[ $(wc -l <"$TMP/damaged.verdict") == 1 ]]; then
   pass "analyzer_without_a_readable_dump_says_so_and_exits_2"
 else
   fail "analyzer_bad_input arc=$ARC" "$(cat "$TMP/empty.verdict" "$TMP/damaged.verdict")"
