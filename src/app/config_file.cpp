@@ -1,6 +1,5 @@
 // config_file.cpp — --write-config (config_file.hpp).
 #include "mnist_ddp/app/config_file.hpp"
-#include "mnist_ddp/app/resume.hpp"
 
 #include <hdf5.h>
 
@@ -40,22 +39,17 @@ std::string stored_config_toml(const Config& cfg, const std::string& given) {
   auto ops = make_cpu_ops();  // the layout is the same on every device
   const ConvNet model(*ops, 1);
   const CheckpointLayout layout = checkpoint_layout(model);
-  std::string path = cfg.resume;
-  if (cfg.resume == "auto") {
-    std::vector<std::string> warnings;
-    const auto found = find_resume_checkpoint(cfg.checkpoint_dir, layout, &warnings);
-    for (const auto& w : warnings) std::fprintf(stderr, "mnist_ddp: warning: %s\n", w.c_str());
-    if (!found) {
-      // As a run with --resume auto starts fresh there (the Slurm scripts always pass it).
-      return fmt::format("# --resume auto: no checkpoint in {} yet: this run's configuration.\n",
-                         cfg.checkpoint_dir) +
-             config_toml(cfg);
-    }
-    path = found->first;
-  } else if (cfg.resume == "best") {
-    path = best_checkpoint_or_fail(cfg, "--write-config --resume best");
+  const ResolvedCheckpoint r =
+      resolve_checkpoint(cfg.resume, cfg.checkpoint_dir, layout, "--write-config --resume", true);
+  for (const auto& w : r.warnings) std::fprintf(stderr, "mnist_ddp: warning: %s\n", w.c_str());
+  if (!r.state) {
+    // As a run with --resume auto starts fresh there (the Slurm scripts always pass it).
+    return fmt::format("# --resume auto: no checkpoint in {} yet: this run's configuration.\n",
+                       cfg.checkpoint_dir) +
+           config_toml(cfg);
   }
-  const TrainingState s = load_checkpoint(path, layout);
+  const std::string& path = r.path;
+  const TrainingState& s = *r.state;
   nlohmann::json over = nlohmann::json::parse(given.empty() ? "{}" : given);
   over.erase("resume");  // which checkpoint to read, not a setting of the run it holds
   std::vector<std::string> unknown;

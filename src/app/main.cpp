@@ -55,8 +55,7 @@ int run(int argc, char** argv, int rank, int world, const MpiLocality& locality,
   Trainer trainer(train_options(cfg), stored_config, comms.for_trainer(where.plan), *ops, model,
                   data, *log, &tracer);
   trainer.watch_stragglers(where.ranks);
-  const StartState start =
-      restore_start_state(comms.control(), cfg, data, *ops, model, trainer, *log);
+  const StartState start = restore_start_state(comms.control(), cfg, data, model, trainer, *log);
   // Collective: another run's files this run would overwrite (training runs only).
   if (!cfg.eval_only) check_checkpoint_names(comms.control(), cfg, trainer);
   if (cfg.dry_run) {

@@ -14,7 +14,6 @@
 #include "mnist_ddp/comm/agree.hpp"
 #include "mnist_ddp/diagnostics/check.hpp"
 #include "mnist_ddp/model/model.hpp"
-#include "mnist_ddp/ops/ops.hpp"
 #include "mnist_ddp/train/trainer.hpp"
 
 namespace mnist_ddp {
@@ -36,45 +35,6 @@ void use_recorded_input(const InputRecord& in, DataSplit& data, Logger& log) {
 }
 
 }  // namespace
-
-void reconcile_best(const Config& cfg, const std::string& from, const CheckpointLayout& layout,
-                    TrainingState& s, Logger& log) {
-  const std::string best = best_checkpoint_path(cfg.checkpoint_dir);
-  std::error_code ec;
-  const bool exists = std::filesystem::exists(best, ec);
-  std::optional<TrainingState> kept;
-  if (exists) {
-    try {
-      kept = load_checkpoint(best, layout);
-    } catch (const UserError& e) {
-      log.warn(fmt::format("--keep-best: {} (it is replaced by the next best)", e.what()));
-    }
-  }
-  const bool ours = kept && !s.run_id.empty() && kept->run_id == s.run_id;
-  if (ours && kept->best_top1 > s.best_top1) {
-    s.best_top1 = kept->best_top1;
-    s.best_step = kept->best_step;
-  }
-  const bool unlinked = s.best_step == s.step && s.best_top1 >= 0 && from != best &&
-                        (!exists || (ours && kept->step != s.step));
-  if (cfg.keep_best && !cfg.dry_run && unlinked) {
-    log.info(fmt::format("best: {} records the best test top-1 ({:.2f}% at step {}), kept as {}",
-                         from, 100 * s.best_top1, s.best_step,
-                         keep_as_best(cfg.checkpoint_dir, from)));
-  }
-}
-
-std::string best_checkpoint_or_fail(const Config& cfg, const std::string& flag) {
-  const std::string best = best_checkpoint_path(cfg.checkpoint_dir);
-  std::error_code ec;
-  if (!std::filesystem::is_regular_file(best, ec)) {
-    throw UserError(fmt::format(
-        "{}: --checkpoint-dir {} has no best checkpoint ({}; a run trained with --keep-best "
-        "keeps one); pass --resume auto or --resume PATH, or the --checkpoint-dir of that run",
-        flag, cfg.checkpoint_dir, std::filesystem::path(best).filename().string()));
-  }
-  return best;
-}
 
 void warn_about_input(const InputRecord& in, const std::string& path, const DataSplit& data,
                       const std::function<void(const std::string&)>& warn) {
@@ -133,93 +93,102 @@ void warn_about_changed_settings(const std::string& stored_json, const Config& c
   }
 }
 
-StartState restore_start_state(Comm& control, const Config& cfg, DataSplit& data, Ops& ops,
-                               ConvNet& model, Trainer& trainer, Logger& log) {
-  const CheckpointLayout layout = checkpoint_layout(model);
+namespace {
+
+// How each start names its checkpoint, in the user's words (the resolver's `flag`).
+const char* start_flag(const Config& cfg) {
+  return cfg.eval_only ? "--eval-only --resume" : "--init-weights";
+}
+
+// Rank 0: the model --eval-only evaluates or --init-weights starts from, with its warnings.
+ModelWeights read_start_model(const Config& cfg, const CheckpointLayout& layout,
+                              const DataSplit& data, Logger& log) {
   const auto warn = [&](const std::string& w) { log.warn(w); };
+  const ResolvedCheckpoint r =
+      resolve_checkpoint(cfg.eval_only ? cfg.resume : cfg.init_weights, cfg.checkpoint_dir, layout,
+                         start_flag(cfg), false);
+  for (const auto& w : r.warnings) warn(w);
+  if (r.path.empty()) {
+    throw UserError(
+        fmt::format("{} auto: no checkpoint in {} to {}; pass --checkpoint-dir DIR or {} PATH",
+                    start_flag(cfg), cfg.checkpoint_dir, cfg.eval_only ? "evaluate" : "start from",
+                    cfg.eval_only ? "--resume" : "--init-weights"));
+  }
+  ModelWeights weights = load_model_weights(r.path, layout);
+  log.info(fmt::format("{}: {} (the model of step {}{})",
+                       cfg.eval_only ? "eval-only" : "init-weights", r.path, weights.step,
+                       weights.weights_only ? ", weights only" : ""));
+  warn_about_input(weights.input, r.path, data, warn);
+  return weights;
+}
+
+// Rank 0: the training state --resume names (nullopt: --resume none, or auto found none), with
+// its warnings: damaged files skipped, the run's best, another dataset, changed settings, later
+// checkpoints of the lineage this run replaces.
+std::optional<TrainingState> read_training_state(const Config& cfg, const CheckpointLayout& layout,
+                                                 const DataSplit& data, Logger& log) {
+  if (cfg.resume == "none") return std::nullopt;
+  const auto warn = [&](const std::string& w) { log.warn(w); };
+  ResolvedCheckpoint r =
+      resolve_checkpoint(cfg.resume, cfg.checkpoint_dir, layout, "--resume", true);
+  for (const auto& w : r.warnings) warn(w);
+  if (!r.state) {
+    log.info(fmt::format("resume: no checkpoint in {}, starting fresh", cfg.checkpoint_dir));
+    return std::nullopt;
+  }
+  TrainingState& s = *r.state;
+  log.info(r.chosen == CheckpointChoice::Best
+               ? fmt::format("resume: {} (the best checkpoint: test top-1 {:.2f}% at step {})",
+                             r.path, 100 * s.best_top1, s.best_step)
+               : "resume: " + r.path);
+  const BestReconciled best =
+      reconcile_best(cfg.checkpoint_dir, r.path, layout, s, cfg.keep_best && !cfg.dry_run);
+  for (const auto& w : best.warnings) warn(w);
+  if (!best.linked.empty()) log.info(best.linked);
+  warn_about_input(s.input, r.path, data, warn);
+  warn_about_changed_settings(s.config_json, cfg, warn);
+  const auto later = later_in_lineage(cfg.checkpoint_dir, s.run_id, s.step);
+  if (!later.empty()) {
+    warn(fmt::format(
+        "resume: {} is at step {}, and {} checkpoint(s) of this run at later steps are in {} "
+        "(newest {}): they hold the steps this run now replaces, stay until it writes those "
+        "steps again, and --resume auto picks them first; move them away if that is not "
+        "what you want",
+        r.path, s.step, later.size(), cfg.checkpoint_dir, later.front()));
+  }
+  return std::move(r.state);
+}
+
+}  // namespace
+
+StartState restore_start_state(Comm& control, const Config& cfg, DataSplit& data, ConvNet& model,
+                               Trainer& trainer, Logger& log) {
+  const CheckpointLayout layout = checkpoint_layout(model);
   // --eval-only and --init-weights need a model (from a full or a weights-only checkpoint);
   // --resume needs the whole training state. The same on every rank (flags).
   const bool model_only = cfg.eval_only || !cfg.init_weights.empty();
   std::optional<TrainingState> resume;
   std::optional<ModelWeights> weights;
+  // Collective (agreement): rank 0 resolves the file, loads it and warns; a file that does not
+  // load is one error on every rank.
   run_agreed(control, [&] {
     if (control.rank() != 0) return;
     if (model_only) {
-      std::string path = cfg.eval_only ? cfg.resume : cfg.init_weights;
-      if (path == "auto") {
-        std::vector<std::string> warnings;
-        auto found = find_resume_checkpoint(cfg.checkpoint_dir, layout, &warnings);
-        for (const auto& w : warnings) warn(w);
-        if (!found) {
-          throw UserError(
-              cfg.eval_only
-                  ? fmt::format("--eval-only --resume auto: no checkpoint in {} to evaluate; pass "
-                                "--checkpoint-dir DIR or --resume PATH",
-                                cfg.checkpoint_dir)
-                  : fmt::format("--init-weights auto: no checkpoint in {} to start from; pass "
-                                "--checkpoint-dir DIR or --init-weights PATH",
-                                cfg.checkpoint_dir));
-        }
-        path = found->first;
-      } else if (path == "best") {
-        path = best_checkpoint_or_fail(
-            cfg, cfg.eval_only ? "--eval-only --resume best" : "--init-weights best");
-      }
-      weights = load_model_weights(path, layout);
-      log.info(fmt::format("{}: {} (the model of step {}{})",
-                           cfg.eval_only ? "eval-only" : "init-weights", path, weights->step,
-                           weights->weights_only ? ", weights only" : ""));
-      warn_about_input(weights->input, path, data, warn);
-      return;
-    }
-    if (cfg.resume == "none") return;
-    std::string from = cfg.resume;
-    if (cfg.resume == "auto") {
-      std::vector<std::string> warnings;
-      auto found = find_resume_checkpoint(cfg.checkpoint_dir, layout, &warnings);
-      for (const auto& w : warnings) warn(w);
-      if (found) {
-        log.info("resume: " + found->first);
-        from = found->first;
-        resume = std::move(found->second);
-      } else {
-        log.info(fmt::format("resume: no checkpoint in {}, starting fresh", cfg.checkpoint_dir));
-      }
+      weights = read_start_model(cfg, layout, data, log);
     } else {
-      if (cfg.resume == "best") from = best_checkpoint_or_fail(cfg, "--resume best");
-      resume = load_checkpoint(from, layout);
-      log.info(cfg.resume == "best"
-                   ? fmt::format("resume: {} (the best checkpoint: test top-1 {:.2f}% at step {})",
-                                 from, 100 * resume->best_top1, resume->best_step)
-                   : "resume: " + from);
-    }
-    if (resume) {
-      reconcile_best(cfg, from, layout, *resume, log);
-      warn_about_input(resume->input, from, data, warn);
-      warn_about_changed_settings(resume->config_json, cfg, warn);
-      const auto later = later_in_lineage(cfg.checkpoint_dir, resume->run_id, resume->step);
-      if (!later.empty()) {
-        warn(fmt::format(
-            "resume: {} is at step {}, and {} checkpoint(s) of this run at later steps are in {} "
-            "(newest {}): they hold the steps this run now replaces, stay until it writes those "
-            "steps again, and --resume auto picks them first; move them away if that is not "
-            "what you want",
-            from, resume->step, later.size(), cfg.checkpoint_dir, later.front()));
-      }
+      resume = read_training_state(cfg, layout, data, log);
     }
   });
+  StartState start;
+  // Collective: rank 0's bytes to every rank, applied there: the model (and the input transform
+  // it was trained with), or the whole training state.
   if (model_only && broadcast_model_weights(control, weights, layout)) {
-    // Every rank: the model's weights, and the input transform it was trained with.
     use_recorded_input(weights->input, data, log);
-    ops.upload(weights->params.data(), model.params().data(),
-               weights->params.size() * sizeof(float));
-    ops.upload(weights->buffers.data(), model.buffers().data(),
-               weights->buffers.size() * sizeof(float));
-    std::copy(weights->num_batches_tracked.begin(), weights->num_batches_tracked.end(),
-              model.num_batches_tracked().begin());
+    model.load_state(weights->params, weights->buffers, weights->num_batches_tracked);
     if (!cfg.eval_only) {
       log.info("init-weights: training starts at step 0 with a fresh optimizer from that model");
     }
+    start.model_step = weights->step;
   }
   if (!model_only && broadcast_training_state(control, resume, layout)) {
     use_recorded_input(resume->input, data, log);
@@ -234,11 +203,9 @@ StartState restore_start_state(Comm& control, const Config& cfg, DataSplit& data
     trainer.resume_from(*resume);
     log.info(fmt::format("resume: step {}, epoch {}, sample {} of the epoch", resume->step,
                          resume->epoch + 1, resume->sample_offset));
+    start.model_step = resume->step;
   }
-  StartState start;
   start.first_step = trainer.step();  // what the trainer runs next: resumed, or 0
-  if (model_only && weights) start.model_step = weights->step;
-  if (!model_only && resume) start.model_step = resume->step;
   return start;
 }
 

@@ -175,7 +175,8 @@ std::vector<CheckpointVerdict> verify_checkpoints(const std::string& dir,
 }
 
 std::optional<std::pair<std::string, TrainingState>> find_resume_checkpoint(
-    const std::string& dir, const CheckpointLayout& layout, std::vector<std::string>* warnings) {
+    const std::string& dir, const CheckpointLayout& layout, std::vector<std::string>* warnings,
+    const std::string& flag) {
   const auto files = list_checkpoints(dir);
   if (files.empty()) return std::nullopt;
   for (const auto& path : files) {
@@ -186,9 +187,70 @@ std::optional<std::pair<std::string, TrainingState>> find_resume_checkpoint(
     }
   }
   throw UserError(
-      fmt::format("--resume auto: none of the {} checkpoint(s) in {} can be loaded "
+      fmt::format("{}: none of the {} checkpoint(s) in {} can be loaded "
                   "(see the warnings above); move them away to start fresh",
-                  files.size(), dir));
+                  flag, files.size(), dir));
+}
+
+ResolvedCheckpoint resolve_checkpoint(const std::string& spec, const std::string& dir,
+                                      const CheckpointLayout& layout, const std::string& flag,
+                                      bool load_state) {
+  ResolvedCheckpoint r;
+  if (spec == "auto") {
+    r.chosen = CheckpointChoice::Newest;
+    auto found = find_resume_checkpoint(dir, layout, &r.warnings, flag + " auto");
+    if (found) {
+      r.path = std::move(found->first);
+      r.state = std::move(found->second);
+    }
+    return r;
+  }
+  if (spec == "best") {
+    r.chosen = CheckpointChoice::Best;
+    r.path = best_checkpoint_path(dir);
+    std::error_code ec;
+    if (!fs::is_regular_file(r.path, ec)) {
+      throw UserError(fmt::format(
+          "{} best: --checkpoint-dir {} has no best checkpoint ({}; a run trained with "
+          "--keep-best keeps one); pass --resume auto or --resume PATH, or the --checkpoint-dir "
+          "of that run",
+          flag, dir, fs::path(r.path).filename().string()));
+    }
+  } else {
+    r.path = spec;
+  }
+  if (load_state) r.state = load_checkpoint(r.path, layout);
+  return r;
+}
+
+BestReconciled reconcile_best(const std::string& dir, const std::string& from,
+                              const CheckpointLayout& layout, TrainingState& s, bool link) {
+  BestReconciled out;
+  const std::string best = best_checkpoint_path(dir);
+  std::error_code ec;
+  const bool exists = fs::exists(best, ec);
+  std::optional<TrainingState> kept;
+  if (exists) {
+    try {
+      kept = load_checkpoint(best, layout);
+    } catch (const UserError& e) {
+      out.warnings.push_back(
+          fmt::format("--keep-best: {} (it is replaced by the next best)", e.what()));
+    }
+  }
+  const bool ours = kept && !s.run_id.empty() && kept->run_id == s.run_id;
+  if (ours && kept->best_top1 > s.best_top1) {
+    s.best_top1 = kept->best_top1;
+    s.best_step = kept->best_step;
+  }
+  const bool unlinked = s.best_step == s.step && s.best_top1 >= 0 && from != best &&
+                        (!exists || (ours && kept->step != s.step));
+  if (link && unlinked) {
+    out.linked =
+        fmt::format("best: {} records the best test top-1 ({:.2f}% at step {}), kept as {}", from,
+                    100 * s.best_top1, s.best_step, keep_as_best(dir, from));
+  }
+  return out;
 }
 
 namespace {

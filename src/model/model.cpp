@@ -1,6 +1,7 @@
 // model.cpp — ConvNet forward/backward over Ops, arena layout and PyTorch default init.
 #include "mnist_ddp/model/model.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <optional>
@@ -147,9 +148,17 @@ void ConvNet::init(std::uint64_t seed) {
     const float v = e.name.ends_with("running_var") ? 1.0f : 0.0f;
     for (std::size_t i = 0; i < e.numel; ++i) b[i] = v;
   }
-  ops_.upload(host_params.data(), params_.data(), host_params.size() * sizeof(float));
-  ops_.upload(host_buffers.data(), buffers_.data(), host_buffers.size() * sizeof(float));
-  num_batches_tracked_ = {0, 0};
+  load_state(host_params, host_buffers, std::vector<std::int64_t>{0, 0});
+}
+
+void ConvNet::load_state(std::span<const float> params, std::span<const float> buffers,
+                         std::span<const std::int64_t> num_batches_tracked) {
+  MNIST_DDP_CHECK(params.size() == params_.numel() && buffers.size() == buffers_.numel() &&
+                      num_batches_tracked.size() == num_batches_tracked_.size(),
+                  "a model state of another shape");
+  ops_.upload(params.data(), params_.data(), params.size() * sizeof(float));
+  ops_.upload(buffers.data(), buffers_.data(), buffers.size() * sizeof(float));
+  std::copy(num_batches_tracked.begin(), num_batches_tracked.end(), num_batches_tracked_.begin());
 }
 
 const float* ConvNet::forward(const float* x, int n, Mode mode) {

@@ -31,10 +31,7 @@ std::string Trainer::good_checkpoint_advice() const {
 }
 
 void Trainer::resume_from(const TrainingState& s) {
-  ops_.upload(s.params.data(), model_.params().data(), s.params.size() * sizeof(float));
-  ops_.upload(s.buffers.data(), model_.buffers().data(), s.buffers.size() * sizeof(float));
-  std::copy(s.num_batches_tracked.begin(), s.num_batches_tracked.end(),
-            model_.num_batches_tracked().begin());
+  model_.load_state(s.params, s.buffers, s.num_batches_tracked);
   sgd_.restore(s.momentum, s.optimizer_steps);
   step_ = s.step;
   epoch_ = s.epoch;

@@ -620,6 +620,46 @@ TEST_F(CheckpointTest, ResumeFallsBackToThePreviousFile) {
   EXPECT_FALSE(find_resume_checkpoint(dir_.string(), layout_, &warnings).has_value());
 }
 
+// The one resolver of --resume / --init-weights / --write-config --resume: auto (the newest that
+// loads, a damaged one skipped with a warning; none: fresh), best (the --keep-best file, or an
+// error naming the flag, the directory and the fix), a path (as given, loaded on request).
+TEST_F(CheckpointTest, ResolverChoosesTheFileAndSaysWhy) {
+  const std::string dir = dir_.string();
+  ResolvedCheckpoint none = resolve_checkpoint("auto", dir, layout_, "--resume", true);
+  EXPECT_TRUE(none.path.empty());
+  EXPECT_FALSE(none.state.has_value());
+  EXPECT_EQ(none.chosen, CheckpointChoice::Newest);
+  const std::string c10 = save_checkpoint(dir, state(10), layout_);
+  const std::string c20 = save_checkpoint(dir, state(20), layout_);
+  flip_byte(c20, chunk_address(c20, "/optimizer/momentum_buffer/layer2.0.weight") + 4000);
+  const ResolvedCheckpoint newest =
+      resolve_checkpoint("auto", dir, layout_, "--init-weights", false);
+  EXPECT_EQ(newest.path, c10);
+  ASSERT_TRUE(newest.state.has_value());  // auto loads each candidate while choosing
+  EXPECT_EQ(newest.state->step, 10);
+  ASSERT_EQ(newest.warnings.size(), 1u);
+  EXPECT_NE(newest.warnings[0].find("skipping damaged checkpoint: checkpoint " + c20), std::string::npos)
+      << newest.warnings[0];
+  expect_error([&] { resolve_checkpoint("best", dir, layout_, "--eval-only --resume", false); },
+               "--eval-only --resume best: --checkpoint-dir " + dir,
+               "has no best checkpoint (ckpt-best.h5");
+  keep_as_best(dir, c10);
+  const ResolvedCheckpoint best = resolve_checkpoint("best", dir, layout_, "--resume", true);
+  EXPECT_EQ(best.path, best_checkpoint_path(dir));
+  EXPECT_EQ(best.chosen, CheckpointChoice::Best);
+  EXPECT_EQ(best.state->step, 10);
+  const ResolvedCheckpoint given = resolve_checkpoint(c10, "/nowhere", layout_, "--resume", false);
+  EXPECT_EQ(given.path, c10);
+  EXPECT_EQ(given.chosen, CheckpointChoice::Given);
+  EXPECT_FALSE(given.state.has_value());
+  EXPECT_EQ(resolve_checkpoint(c10, "/nowhere", layout_, "--resume", true).state->step, 10);
+  // Every file damaged: auto is an error naming the flag as the user typed it.
+  flip_byte(c10, chunk_address(c10, "/optimizer/momentum_buffer/layer2.0.weight") + 4000);
+  fs::remove(best_checkpoint_path(dir));
+  expect_error([&] { resolve_checkpoint("auto", dir, layout_, "--init-weights", false); },
+               "--init-weights auto: none of the 2 checkpoint(s) in " + dir, "can be loaded");
+}
+
 TEST_F(CheckpointTest, KeepsTheNewestKAndIgnoresTemporaries) {
   for (int s : {1, 2, 3, 4, 5}) save_checkpoint(dir_.string(), state(s), layout_);
   std::ofstream(dir_ / ".ckpt-00000006.h5.tmp-1") << "partial";
@@ -779,10 +819,7 @@ TEST_F(CheckpointTest, BestCheckpointIsOutOfTheRotationAndAnotherRunsIsInTheWay)
 // Resuming with --keep-best: a better best of the run in the directory stays the one to beat, and
 // a checkpoint recorded as the best but never linked is linked; another run's best is left alone.
 TEST_F(CheckpointTest, ResumeReconcilesTheRunsBestWithTheDirectory) {
-  Logger log(0, (dir_ / "logs").string(), false);
-  Config cfg;
-  cfg.checkpoint_dir = dir_.string();
-  cfg.keep_best = true;
+  const std::string dir = dir_.string();
   TrainingState b20 = state(20);
   b20.best_top1 = 0.9;
   b20.best_step = 20;
@@ -791,7 +828,7 @@ TEST_F(CheckpointTest, ResumeReconcilesTheRunsBestWithTheDirectory) {
   TrainingState s = state(10);
   s.best_top1 = 0.8;
   s.best_step = 10;
-  reconcile_best(cfg, dir_.string() + "/ckpt-00000010.h5", layout_, s, log);
+  EXPECT_TRUE(reconcile_best(dir, dir + "/ckpt-00000010.h5", layout_, s, true).linked.empty());
   EXPECT_EQ(s.best_top1, 0.9);
   EXPECT_EQ(s.best_step, 20);
   EXPECT_EQ(load_checkpoint(best_checkpoint_path(dir_.string()), layout_).step, 20);
@@ -800,11 +837,11 @@ TEST_F(CheckpointTest, ResumeReconcilesTheRunsBestWithTheDirectory) {
   b30.best_top1 = 0.95;
   b30.best_step = 30;
   const std::string p30 = save_checkpoint(dir_.string(), b30, layout_);
-  cfg.dry_run = true;
-  reconcile_best(cfg, p30, layout_, b30, log);
+  EXPECT_TRUE(reconcile_best(dir, p30, layout_, b30, false).linked.empty());  // a dry run's
   EXPECT_EQ(load_checkpoint(best_checkpoint_path(dir_.string()), layout_).step, 20);
-  cfg.dry_run = false;
-  reconcile_best(cfg, p30, layout_, b30, log);
+  const BestReconciled linked = reconcile_best(dir, p30, layout_, b30, true);
+  EXPECT_NE(linked.linked.find("kept as " + best_checkpoint_path(dir)), std::string::npos)
+      << linked.linked;
   EXPECT_EQ(load_checkpoint(best_checkpoint_path(dir_.string()), layout_).step, 30);
   EXPECT_EQ(b30.best_top1, 0.95);
   // Another run's best: neither adopted nor replaced.
@@ -812,7 +849,7 @@ TEST_F(CheckpointTest, ResumeReconcilesTheRunsBestWithTheDirectory) {
   other.best_top1 = 0.97;
   other.best_step = 40;
   const std::string p40 = save_checkpoint(dir_.string(), other, layout_);
-  reconcile_best(cfg, p40, layout_, other, log);
+  EXPECT_TRUE(reconcile_best(dir, p40, layout_, other, true).linked.empty());
   EXPECT_EQ(load_checkpoint(best_checkpoint_path(dir_.string()), layout_).step, 30);
 }
 

@@ -16,7 +16,6 @@
 namespace mnist_ddp {
 
 class ConvNet;
-class Ops;
 class Trainer;
 
 // Where a run starts: two steps that differ after --init-weights (a trained model, a fresh run)
@@ -28,23 +27,13 @@ struct StartState {
   std::int64_t model_step = 0;  // the step of the checkpoint the model came from (0 when fresh)
 };
 
-// Collective (an agreement, then broadcasts): the checkpoint's model or training state applied
-// to model and trainer, with the input transform it was trained with.
-StartState restore_start_state(Comm& control, const Config& cfg, DataSplit& data, Ops& ops,
-                               ConvNet& model, Trainer& trainer, Logger& log);
-
-// Rank 0, resuming (inside the start state's agreement): the run's best as the directory knows
-// it. A ckpt-best.h5 of this run better than what the resumed checkpoint `s` recorded (resumed
-// from an older one) stays the best to beat (s takes its best_top1 and best_step); with
-// --keep-best (not --dry-run), a resumed checkpoint recorded as the best but never linked (the
-// job ended in between) is linked now. Another run's best, or a file that does not load (a
-// warning), is left alone: the other-run check and the next best deal with them.
-void reconcile_best(const Config& cfg, const std::string& from, const CheckpointLayout& layout,
-                    TrainingState& s, Logger& log);
-
-// --resume best (and --eval-only / --init-weights / --write-config with it): the path of
-// --checkpoint-dir's best checkpoint; UserError naming the directory and the fix when it has none.
-std::string best_checkpoint_or_fail(const Config& cfg, const std::string& flag);
+// Collective (an agreement, then broadcasts): resolve (checkpoint/store.hpp resolve_checkpoint:
+// the file --resume, --init-weights or --eval-only --resume names, and why) -> warn (rank 0: the
+// files skipped, the run's best, the data, the settings) -> broadcast (rank 0's bytes) -> apply
+// (ConvNet::load_state, or the trainer's whole state, and the input transform it was trained
+// with).
+StartState restore_start_state(Comm& control, const Config& cfg, DataSplit& data, ConvNet& model,
+                               Trainer& trainer, Logger& log);
 
 // Collective (agreement), after the start state: no checkpoint of another run (another run id, or
 // none: an older mnist_ddp) sits in --checkpoint-dir under a name this run will write (a later

@@ -46,9 +46,41 @@ void fsync_path(const std::string& path, bool directory);
 std::vector<std::string> list_checkpoints(const std::string& dir);
 
 // --resume auto: the newest checkpoint that loads; each one skipped is reported in `warnings`.
-// nullopt when the directory has none (start fresh). UserError when files exist but none loads.
+// nullopt when the directory has none (start fresh). UserError when files exist but none loads
+// (naming `flag`, as the user typed it: "--resume auto").
 std::optional<std::pair<std::string, TrainingState>> find_resume_checkpoint(
-    const std::string& dir, const CheckpointLayout& layout, std::vector<std::string>* warnings);
+    const std::string& dir, const CheckpointLayout& layout, std::vector<std::string>* warnings,
+    const std::string& flag = "--resume auto");
+
+// The one resolver of a checkpoint named as --resume, --init-weights and --write-config --resume
+// name one: `spec` is auto (the newest checkpoint of dir that loads, damaged ones skipped with a
+// warning each), best (dir's --keep-best file; UserError naming `flag`, the directory and the fix
+// when there is none) or a path (as given). `flag` is how the user named it ("--resume",
+// "--eval-only --resume", "--init-weights"). With load_state, the file's training state is loaded
+// too (auto loads each candidate anyway); a file that does not load is the loader's UserError.
+enum class CheckpointChoice { Given, Newest, Best };
+struct ResolvedCheckpoint {
+  std::string path;  // "": auto found no checkpoint in dir (a run starts fresh)
+  CheckpointChoice chosen = CheckpointChoice::Given;
+  std::vector<std::string> warnings;   // "skipping damaged checkpoint: ..." (auto)
+  std::optional<TrainingState> state;  // with load_state, or whenever auto found one
+};
+ResolvedCheckpoint resolve_checkpoint(const std::string& spec, const std::string& dir,
+                                      const CheckpointLayout& layout, const std::string& flag,
+                                      bool load_state);
+
+// Resuming the training state `s` from `from` (rank 0): the run's best as dir knows it. A
+// ckpt-best.h5 of this run better than what s recorded (resumed from an older checkpoint) stays
+// the best to beat (s takes its best_top1 and best_step); with `link` (--keep-best, not a dry
+// run) a resumed checkpoint recorded as the best but never linked (the job ended in between) is
+// linked now. Another run's best, or a best that does not load, is left alone (the other-run
+// check and the next best deal with them). Returns what to tell the user.
+struct BestReconciled {
+  std::vector<std::string> warnings;  // a best that does not load
+  std::string linked;                 // "best: ... kept as ..." when linked now
+};
+BestReconciled reconcile_best(const std::string& dir, const std::string& from,
+                              const CheckpointLayout& layout, TrainingState& s, bool link);
 
 // --verify-checkpoints: every complete-named checkpoint of dir (newest first, then the best one)
 // loaded the way

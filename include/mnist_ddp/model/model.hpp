@@ -44,6 +44,11 @@ class ConvNet {
   // PyTorch's default init drawn from `seed` (rng.hpp): kaiming_uniform(a=sqrt(5)) weights, i.e.
   // U(+-1/sqrt(fan_in)), biases U(+-1/sqrt(fan_in)), BN weight 1 / bias 0, running mean 0 / var 1.
   void init(std::uint64_t seed);
+  // The one way a model state enters the model: parameters and BN buffers (host memory, in the
+  // arenas' PyTorch layout) uploaded to the backend, and the BN layers' num_batches_tracked
+  // (init, a resumed checkpoint, --init-weights and --eval-only all come through here).
+  void load_state(std::span<const float> params, std::span<const float> buffers,
+                  std::span<const std::int64_t> num_batches_tracked);
 
   // x[N][1][28][28] -> logits[N][10] (pointer into the model's buffers, valid until next call).
   const float* forward(const float* x, int n, Mode mode);
