@@ -2,9 +2,10 @@
 line one JSON object of a schema this reader knows, or one clear line naming the file (and the
 line) and what to pass instead, exit status 1, no traceback.
 
-A last line cut short (a job killed in the middle of writing it) is the one damage that is read
-around: the records before it are the run's, and a warning names the line. A line that is not a
-record anywhere else means the file was written by two jobs at once or damaged: refused.
+A record cut short (a job killed in the middle of writing it) is the one damage that is read
+around, with a warning naming the line: as the last line, or directly before a start record (the
+next run appended after it; mnist_ddp ends the fragment's line first). A line that is not a record
+anywhere else means the file was written by two jobs at once or damaged: refused.
 """
 import json
 import sys
@@ -15,6 +16,18 @@ HINT = "pass a metrics.jsonl that mnist_ddp wrote (<--log-dir>/metrics.jsonl)"
 
 def refuse(tool, text):
     sys.exit(f"{tool}: {text}")
+
+
+def starts_a_run(lines, n):
+    """Whether the first non-blank line after line n (1-based) is a start record."""
+    for line in lines[n:]:
+        if line.strip():
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                return False
+            return isinstance(rec, dict) and rec.get("event") == "start"
+    return False
 
 
 def read_metrics(path, tool):
@@ -49,6 +62,11 @@ def read_metrics(path, tool):
                       f"while writing it?); reading the {len(records)} records before it",
                       file=sys.stderr)
                 break
+            if records and starts_a_run(lines, n):
+                # Cut short by a job that died, then a later run (or its resume) appended.
+                print(f"{tool}: warning: {path}:{n}: a record cut short before the next run's "
+                      f"start (a job killed while writing it?); skipped", file=sys.stderr)
+                continue
             refuse(tool, f"{path}:{n}: not a metrics record ({why}): the file was written by two "
                          f"jobs at once or is damaged, or is not a metrics file; {HINT}")
         schema = rec.get("schema", 1)
@@ -63,12 +81,18 @@ def read_metrics(path, tool):
 
 
 def last_lineage(records):
-    """The records of the file's last run: from the first start record of the last start's run id
-    on (a resumed run continues its lineage; a new run in the same --log-dir starts another). All
-    of them where no record is a start (metrics of an mnist_ddp without start records)."""
-    starts = [i for i, r in enumerate(records) if r.get("event") == "start"]
+    """The records of the file's last run: every span that a start record of the last start's run
+    id opens, up to the next start of another run (a resumed run continues its lineage; a new run
+    in the same --log-dir appends another, and runs may take turns: A, B, A resumed). All of them
+    where no record is a start (metrics of an mnist_ddp without start records)."""
+    starts = [r for r in records if r.get("event") == "start"]
     if not starts:
         return records
-    rid = records[starts[-1]].get("run_id")
-    first = next(i for i in starts if records[i].get("run_id") == rid)
-    return records[first:]
+    rid = starts[-1].get("run_id")
+    out, current = [], None
+    for r in records:
+        if r.get("event") == "start":
+            current = r.get("run_id")
+        if current == rid:
+            out.append(r)
+    return out

@@ -284,9 +284,11 @@ void build(OptionTable& o, Config& c, EnumText& t) {
            "rank 0 writes mnist_train.log and metrics.jsonl here, after the records of earlier "
            "runs in it (tools/compare_runs reads each run apart); one running job at a time "
            "(a second is refused; --dry-run and --eval-only beside it print to the console only)");
-  o.flag("--clear-logs", c.clear_logs,
-         "empty --log-dir's mnist_train.log and metrics.jsonl before this run writes them "
-         "(default: append)");
+  // An action, not a setting: a resumed or requeued run (or a --config written from this one)
+  // must never inherit it and empty the records of the run it continues.
+  o.action("--clear-logs", c.clear_logs,
+           "empty --log-dir's mnist_train.log and metrics.jsonl before this new run writes them "
+           "(default: append after the earlier runs' records; not with --resume)");
   o.option("--checkpoint-dir", c.checkpoint_dir,
            "HDF5 checkpoints go here (checked writable before training)");
   o.option("--checkpoint-every", c.checkpoint_every,

@@ -28,10 +28,10 @@ Communicators::~Communicators() {
 }
 
 void Communicators::start_watchdog(const Config& cfg, int rank, const std::string& host,
-                                   bool log_files) {
+                                   bool recorder) {
   debug_collectives_ = cfg.debug_collectives;
-  // Off in a log directory another run holds: its dumps there are that run's.
-  flight_.arm(log_files ? static_cast<std::size_t>(cfg.flight_recorder) : 0, cfg.log_dir,
+  // Off for a visitor of the log directory: its dumps there would replace a run's.
+  flight_.arm(recorder ? static_cast<std::size_t>(cfg.flight_recorder) : 0, cfg.log_dir,
               cfg.flight_dump_signal);
   // No collective may stay in flight longer than --collective-timeout: the watchdog aborts the
   // job through the data communicator once there is one (NCCL must be aborted too), else MPI.

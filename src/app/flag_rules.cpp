@@ -48,6 +48,14 @@ const FlagRule kFlagRules[] = {
            "cuDNN's 16-bit kernels: drop --amp, or drop --gpu-kernels own",
            name_in(kAmpModeNames, cfg.amp));
      }},
+    {[](const Config& cfg) { return cfg.clear_logs && cfg.resume != "none"; },
+     [](const Config& cfg) -> std::string {
+       return fmt::format(
+           "--clear-logs empties --log-dir's files for a new run; --resume {} continues a run "
+           "whose records are there: drop --clear-logs (or start the new run in another "
+           "--log-dir)",
+           cfg.resume);
+     }},
     {[](const Config& cfg) { return cfg.keep_best && cfg.eval_only; },
      [](const Config& cfg) -> std::string {
        return "--keep-best keeps a training run's best checkpoint; --eval-only trains nothing: "

@@ -21,19 +21,23 @@ namespace mnist_ddp {
 
 // Everything with MPI inside lives in this scope, so it is gone before MPI_Finalize (the
 // communicators last: they were made first).
+// log_dir_lock: the training run's hold on --log-dir, handed out to main, which releases it after
+// a failure's flight-recorder dump has been written there.
 int run(int argc, char** argv, int rank, int world, const MpiLocality& locality,
-        const std::string& host, FlightRecorder& flight) {
+        const std::string& host, FlightRecorder& flight, std::unique_ptr<DirLock>& log_dir_lock) {
   int code = kExitOk;
   const std::optional<Identity> id = identify(rank, world, locality, host, &code);
   if (!id) return code;
   Communicators comms(flight);
   Config cfg;
   if (!configure(comms.control(), *id, argc, argv, cfg)) return kExitOk;
-  // Collective: --log-dir is this run's (a training run's lock) before the flight recorder,
-  // armed with the watchdog, clears its old dumps there.
-  const LogDirClaim logs = claim_log_dir(comms.control(), cfg);
-  comms.start_watchdog(cfg, rank, host, logs.files());
+  // Collective: --log-dir is this run's (a training run's lock) before anything writes there.
+  LogDirClaim logs = claim_log_dir(comms.control(), cfg);
+  log_dir_lock = std::move(logs.lock);
+  comms.start_watchdog(cfg, rank, host, !logs.visiting);  // the flight recorder: runs only
   const std::unique_ptr<DirLock> lock = lock_checkpoint_dir(comms.control(), cfg);  // collective
+  // Both directories are this run's: an earlier run's dump there would read as this run's.
+  flight.clear_earlier_dump();
   const Placement where = place(comms.control(), cfg, *id, host);
   if (cfg.print_env) return print_env(*id, where, host);
   if (cfg.verify_checkpoints) return verify_checkpoint_dir(comms.control(), cfg.checkpoint_dir);
@@ -81,9 +85,11 @@ int main(int argc, char** argv) {
   const std::string host = host_name();
   set_error_identity(rank, host);
   FlightRecorder flight(rank, world, host);  // outlives run(): a failure is dumped after it
+  std::unique_ptr<DirLock> log_dir_lock;     // held until that dump is written
   const int code = exit_status_of(
-      rank, [&] { return run(argc, argv, rank, world, locality, host, flight); },
+      rank, [&] { return run(argc, argv, rank, world, locality, host, flight, log_dir_lock); },
       [&](const std::string& why) { flight.dump(why); });
+  log_dir_lock.reset();  // --log-dir released: the run's files there are complete
   // The run is over on this rank: a stop signal from here on (a launcher ending the job because
   // another rank exited first) leaves with this status, dumping nothing.
   const bool agreed = exit_decided();

@@ -45,8 +45,10 @@ int exit_status_of(int rank, const std::function<int()>& body,
   try {
     return body();
   } catch (const AgreedExit& e) {
-    // Every rank agreed to stop here: from now on the launcher's SIGTERM (it ends the others when
-    // the first rank exits non-zero) is no failure to dump, only this exit a moment early.
+    // Every rank agreed to stop (the agreement threw on all of them; run()'s objects are gone):
+    // from now on the launcher's SIGTERM (it ends the others when the first rank exits non-zero)
+    // is no failure to dump, only this exit a moment early. main's barrier keeps any rank from
+    // exiting before every rank got here.
     decide_exit(e.code);
     return e.code;
   } catch (const UserError& e) {
@@ -165,12 +167,17 @@ int verify_checkpoint_dir(Comm& control, const std::string& dir) {
   });
   // Collective: every rank exits with rank 0's verdict (the launcher reports one status).
   control.allreduce(std::span<float>(&bad, 1), ReduceOp::Max);
-  return bad > 0 ? kExitUserError : kExitOk;
+  // Every rank has the verdict: its exit is decided (a damaged file's exit 2 must not read as a
+  // crash when the launcher ends the slower ranks).
+  const int code = bad > 0 ? kExitUserError : kExitOk;
+  decide_exit(code);
+  return code;
 }
 
 LogDirClaim claim_log_dir(Comm& control, const Config& cfg) {
   LogDirClaim claim;
   const bool visits = cfg.dry_run || cfg.eval_only || cfg.print_env || cfg.verify_checkpoints;
+  claim.visiting = visits;
   std::vector<std::string> notes;
   // Collective (agreement): a directory held by another run is one error, on every rank.
   run_agreed(control, [&] {
@@ -187,11 +194,12 @@ LogDirClaim claim_log_dir(Comm& control, const Config& cfg) {
   std::vector<std::string> held = gather_strings(control, claim.held_by);
   claim.held_by = held.empty() ? "" : held.front();
   if (control.rank() == 0 && !claim.held_by.empty()) {
-    std::fprintf(stderr,
-                 "mnist_ddp: warning: --log-dir %s is in use (%s): this %s leaves its files alone "
-                 "and prints to the console only (no flight-recorder dumps either)\n",
+    std::fprintf(stderr, "mnist_ddp: warning: --log-dir %s is in use (%s): this %s%s\n",
                  cfg.log_dir.c_str(), claim.held_by.c_str(),
-                 cfg.dry_run ? "dry run" : (cfg.eval_only ? "evaluation" : "check"));
+                 cfg.dry_run ? "dry run" : (cfg.eval_only ? "evaluation" : "check"),
+                 cfg.dry_run ? " prints to the console only, and a run started now with this "
+                               "--log-dir would be refused: pass another --log-dir"
+                             : " leaves its files alone and prints to the console only");
   }
   return claim;
 }

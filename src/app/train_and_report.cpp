@@ -117,7 +117,11 @@ int train_and_report(Comm& control, const Config& cfg, Trainer& trainer, const D
       // Collective: every rank exits with the same status (0 once Slurm has requeued the job).
       control.broadcast(std::span<std::int64_t>(&requeued, 1), 0);
     }
-    return requeued != 0 ? kExitOk : 128 + r.stop_signal;
+    // Every rank leaves with this status, agreed: from here a launcher's SIGTERM (Slurm ending a
+    // requeued job, mpirun ending the slower ranks of a stopped one) leaves with it at once.
+    const int code = requeued != 0 ? kExitOk : 128 + r.stop_signal;
+    decide_exit(code);
+    return code;
   }
   if (!r.evaluated) r.final_eval = trainer.evaluate();  // resumed a run that had already ended
   // The run's totals (over every process of it), and this process's throughput.

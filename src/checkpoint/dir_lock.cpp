@@ -281,7 +281,12 @@ void DirLock::check(const std::string& dir, std::vector<std::string>* notes,
 }
 
 std::string DirLock::holder_if_held(const std::string& dir, const LockedDir& kind) {
-  const std::optional<LockVerdict> v = verdict_of(dir, kind);
+  std::optional<LockVerdict> v;
+  try {
+    v = verdict_of(dir, kind);
+  } catch (const UserError&) {
+    return "";  // unreadable: no holder can be named (a visitor that writes there says why)
+  }
   if (!v || v->decision.action == LockAction::Take) return "";
   return v->decision.note;
 }

@@ -174,6 +174,20 @@ std::vector<CheckpointVerdict> verify_checkpoints(const std::string& dir,
   return out;
 }
 
+namespace {
+// The first three reasons, for the error itself (the caller never gets to print the warnings).
+std::string why_none_loads(const std::vector<std::string>& warnings) {
+  std::string out;
+  for (std::size_t i = 0; i < warnings.size() && i < 3; ++i) {
+    std::string w = warnings[i];
+    const std::string prefix = "skipping damaged checkpoint: ";
+    if (w.rfind(prefix, 0) == 0) w.erase(0, prefix.size());
+    out += (i ? "; " : "") + w;
+  }
+  return out;
+}
+}  // namespace
+
 std::optional<std::pair<std::string, TrainingState>> find_resume_checkpoint(
     const std::string& dir, const CheckpointLayout& layout, std::vector<std::string>* warnings,
     const std::string& flag) {
@@ -187,9 +201,10 @@ std::optional<std::pair<std::string, TrainingState>> find_resume_checkpoint(
     }
   }
   throw UserError(
-      fmt::format("{}: none of the {} checkpoint(s) in {} can be loaded "
-                  "(see the warnings above); move them away to start fresh",
-                  flag, files.size(), dir));
+      fmt::format("{}: none of the {} checkpoint(s) in {} can be loaded ({}{}); move them away "
+                  "to start fresh",
+                  flag, files.size(), dir, why_none_loads(*warnings),
+                  warnings->size() > 3 ? fmt::format("; and {} more", warnings->size() - 3) : ""));
 }
 
 ResolvedCheckpoint resolve_checkpoint(const std::string& spec, const std::string& dir,

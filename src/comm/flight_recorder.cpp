@@ -106,11 +106,6 @@ void FlightRecorder::arm(std::size_t capacity, const std::string& dir, int dump_
   // handler does nothing.
   install_dump_handler(dump_signal);
   if (capacity == 0) return;
-  // A dump from an earlier run in the same --log-dir would read as this run's.
-  const std::string mine = dir + "/flight-rank" + std::to_string(rank_) + ".json";
-  std::error_code ignored;
-  std::filesystem::remove(mine, ignored);
-  std::filesystem::remove(mine + ".tmp", ignored);
   // Non-blocking write end: a handler never blocks on a full pipe (a lost byte is a lost
   // duplicate request: the thread is dumping already).
   if (pipe2(pipe_, O_CLOEXEC) != 0 || fcntl(pipe_[1], F_SETFL, O_NONBLOCK) != 0) {
@@ -123,6 +118,20 @@ void FlightRecorder::arm(std::size_t capacity, const std::string& dir, int dump_
   set_fatal_hook(
       [](const std::string& why, void* self) { static_cast<FlightRecorder*>(self)->dump(why); },
       this);
+}
+
+void FlightRecorder::clear_earlier_dump() {
+  std::lock_guard<std::mutex> one_at_a_time(dump_mu_);
+  if (capacity_ == 0 || dumped_) return;
+  std::string dir;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    dir = dir_;
+  }
+  const std::string mine = dir + "/flight-rank" + std::to_string(rank_) + ".json";
+  std::error_code ignored;
+  std::filesystem::remove(mine, ignored);
+  std::filesystem::remove(mine + ".tmp", ignored);
 }
 
 void FlightRecorder::dump_loop() {
@@ -188,6 +197,7 @@ std::string FlightRecorder::dump(const std::string& reason) noexcept {
       if (!out) throw std::runtime_error("cannot write " + tmp);
     }
     std::filesystem::rename(tmp, path);
+    dumped_ = true;
     std::fprintf(stderr, "mnist_ddp: rank %d: flight recorder dumped to %s (%s)\n", rank_,
                  path.c_str(), reason.c_str());
     return path;

@@ -16,6 +16,22 @@
 #include "mnist_ddp/diagnostics/check.hpp"
 
 namespace mnist_ddp {
+namespace {
+
+// A file an earlier run left without its last newline (a record cut short: a full disk, a node
+// lost while writing) gets one before this run appends, so the fragment stays a line of its own
+// and this run's first record starts a line (tools/metrics_jsonl.py reads around such a line).
+void end_last_line(const std::string& path) {
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  if (!in || in.tellg() <= 0) return;
+  in.seekg(-1, std::ios::end);
+  char last = '\n';
+  in.get(last);
+  in.close();
+  if (last != '\n') std::ofstream(path, std::ios::app | std::ios::binary) << '\n';
+}
+
+}  // namespace
 
 Logger::Logger(int rank, const std::string& log_dir, bool live_progress, LogFiles files,
                bool metrics_file)
@@ -39,6 +55,10 @@ Logger::Logger(int rank, const std::string& log_dir, bool live_progress, LogFile
                     log_dir, ec.message()));
   }
   const bool append = files == LogFiles::Append;
+  if (append) {
+    if (metrics_file) end_last_line(metrics_path_);
+    end_last_line(log_path_);
+  }
   if (metrics_file) {
     metrics_.open(metrics_path_, std::ios::out | (append ? std::ios::app : std::ios::trunc));
     if (!metrics_) {

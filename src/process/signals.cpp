@@ -17,7 +17,8 @@ volatile std::sig_atomic_t g_signal = 0;
 // The exit status the run has decided on (-1: none yet). Once set, a stop signal is the launcher
 // ending a rank that is leaving anyway (Open MPI's mpirun and Slurm's srun SIGTERM the others
 // when one task exits non-zero): it ends the process with that status, and nothing is dumped.
-volatile std::sig_atomic_t g_decided_exit = -1;
+// Written by the main thread, read by handlers on any thread: a lock-free atomic.
+std::atomic<int> g_decided_exit{-1};
 // Set by the recorder's thread of control, read by handlers on any thread: a lock-free atomic.
 std::atomic<int> g_dump_fd{-1};
 static_assert(std::atomic<int>::is_always_lock_free, "read from a signal handler");
@@ -36,7 +37,7 @@ extern "C" void on_dump_signal(int signo) {
 }
 
 extern "C" void on_stop_signal(int signo) {
-  const int decided = static_cast<int>(g_decided_exit);
+  const int decided = g_decided_exit.load();
   // The job is over on every rank: leave at once with the agreed status (_exit is
   // async-signal-safe; nothing is left to flush, dump or rename).
   if (decided >= 0) _exit(decided);
@@ -70,11 +71,11 @@ void install_requeue_handler(int signo) {
 void decide_exit(int code) {
   // What this rank printed goes out before a launcher's signal can end it.
   std::fflush(nullptr);
-  g_decided_exit = code < 0 ? 1 : code;
+  g_decided_exit.store(code < 0 ? 1 : code);
 }
 
 bool exit_decided() {
-  return g_decided_exit >= 0;
+  return g_decided_exit.load() >= 0;
 }
 
 void set_flight_dump_pipe(int fd) {

@@ -7,8 +7,10 @@
 #   its own, whole and parseable, to its end (before the lock: its metrics.jsonl truncated to the
 #   second's records plus a torn fragment, its log interleaved);
 # - --eval-only and --dry-run beside the running job keep working, and touch none of its files;
-# - a new run in the directory of a finished one appends a new lineage after its records, which
-#   tools/compare_runs reads as its own run; --clear-logs starts the files empty.
+# - a new run in the directory of a finished one appends a new lineage after its records (after a
+#   record a killed job left half written, on a line of its own), which tools/compare_runs reads
+#   as its own run; --clear-logs starts the files empty;
+# - the holder's flight-recorder dump survives the refused job and the visitors.
 source "$(dirname "$0")/lib.sh"
 DATA="$(small_data)"
 COMMON=(--device cpu --data "$DATA" --progress off --batch-size 100)
@@ -45,6 +47,11 @@ for _ in $(seq 1 600); do
   sleep 0.1
 done
 holder_pid=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["pid"])' "$L/.mnist_ddp.log.lock" 2>/dev/null)
+# A's rank 0 dumps its flight recorder (the dump signal: it runs on): evidence that neither the
+# refused job nor the visitors may remove or replace.
+[[ -n "$holder_pid" ]] && kill -USR2 "$holder_pid"
+for _ in $(seq 1 100); do [[ -s "$L/flight-rank0.json" ]] && break; sleep 0.1; done
+dump_pid() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["pid"])' "$L/flight-rank0.json" 2>/dev/null; }
 snapshot_lines=$(wc -l <"$L/metrics.jsonl" 2>/dev/null || echo 0)
 log_lines_before=$(wc -l <"$L/mnist_train.log" 2>/dev/null || echo 0)
 
@@ -59,7 +66,7 @@ fi
 
 run eval_beside 120 "${MPI[@]}" "${COMMON[@]}" --eval-only --resume "$seed_ckpt" --checkpoint-dir "$TMP/seed.c" --log-dir "$L"
 if [[ $RC -eq 0 ]] && grep -q "top-1" "$OUT" && grep -q -- "--log-dir $L is in use" "$ERR" &&
-   ! grep -qs "eval-only" "$L/mnist_train.log" && [[ -z "$(ls "$L"/flight-rank* 2>/dev/null)" ]]; then
+   ! grep -qs "eval-only" "$L/mnist_train.log"; then
   pass "eval_only_beside_a_running_job ($(grep -m1 -o 'top-1 [0-9.]*%' "$OUT"), console only)"
 else
   fail "eval_only_beside_a_running_job rc=$RC" "$(show)"
@@ -85,6 +92,11 @@ if [[ $rc_a -eq 143 && $still_running == yes ]] && whole_json "$L/metrics.jsonl"
 else
   fail "first_job_keeps_its_records rc=$rc_a running=$still_running ids='$ids'" "$(tail -n 5 "$ERR_A")" "$(grep -c config: "$L/mnist_train.log" 2>/dev/null) config lines"
 fi
+if [[ "$(dump_pid)" == "$holder_pid" && -n "$holder_pid" ]] && [[ ! -e "$L/flight-rank1.json" ]]; then
+  pass "the_holders_flight_dump_survives_the_refused_job_and_the_visitors"
+else
+  fail "holders_flight_dump: dump pid '$(dump_pid)', holder '$holder_pid'" "$(ls -la "$L")"
+fi
 lock_state=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["state"])' "$L/.mnist_ddp.log.lock" 2>/dev/null)
 [[ "$lock_state" == released ]] && pass "log_lock_released_at_the_end" || fail "log_lock_released_at_the_end: state '$lock_state'"
 
@@ -92,13 +104,19 @@ lock_state=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["st
 #    byte for byte; compare_runs reads the new one as the run; --clear-logs starts empty.
 cp "$L/metrics.jsonl" "$TMP/first.jsonl"
 first_n=$(wc -l <"$TMP/first.jsonl")
+# As a job killed while writing leaves it: half a record, no newline. The next run starts its
+# own line after it, and the readers skip the fragment with a warning.
+printf '{"event":"train","st' >>"$L/metrics.jsonl"
 run next_run 120 "${MPI[@]}" "${COMMON[@]}" --max-steps 5 --checkpoint-dir "$TMP/n.c" --log-dir "$L"
-ids=$(run_ids "$L/metrics.jsonl" 2>/dev/null)
+ids=$(grep -v '"st$' "$L/metrics.jsonl" | run_ids /dev/stdin 2>/dev/null)
 new_id=$(awk '{print $2}' <<<"$ids")
+fragment=$(sed -n "$((first_n + 1))p" "$L/metrics.jsonl")
+"$REPO/tools/compare_runs" --json "$L" >"$TMP/cmp.json" 2>"$TMP/cmp.err"
 if [[ $RC -eq 0 ]] && cmp -s <(head -n "$first_n" "$L/metrics.jsonl") "$TMP/first.jsonl" &&
-   [[ $(wc -w <<<"$ids") == 2 ]] && whole_json "$L/metrics.jsonl" &&
-   "$REPO/tools/compare_runs" --json "$L" 2>/dev/null | grep -q "\"run_id\": \"$new_id\""; then
-  pass "new_run_appends_a_lineage (the first's $first_n records kept, compare_runs reads run $new_id)"
+   [[ "$fragment" == '{"event":"train","st' ]] && [[ $(wc -w <<<"$ids") == 2 ]] &&
+   grep -q "\"run_id\": \"$new_id\"" "$TMP/cmp.json" &&
+   grep -q "metrics.jsonl:$((first_n + 1)): a record cut short before the next run's start" "$TMP/cmp.err"; then
+  pass "new_run_appends_a_lineage (the first's $first_n records kept, a torn line ended, compare_runs reads run $new_id)"
 else
   fail "new_run_appends_a_lineage rc=$RC ids='$ids'" "$(show)"
 fi

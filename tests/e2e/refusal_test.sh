@@ -5,13 +5,14 @@
 # their way out; before the exit was decided on every rank (process/signals.hpp decide_exit, the
 # barrier in mpi_finalize) their stop handler dumped the flight recorder in about 1 launch in 20.
 # So the refusals are launched many times (REFUSAL_LAUNCHES, 50 by default), three kinds in turn,
-# one per agreement point: the flag rules at parse time (--lr nan), the device's checks (--amp
-# fp16 on the CPU) and the data (a --data directory that does not exist, after both directory
-# locks are taken). The same under srun: tests/slurm/slurm_test.sh.
+# at three agreement points after the flight recorder is armed (a dump is possible at each): the
+# device's checks (--amp fp16 on the CPU), the data (a --data directory that does not exist) and
+# the start state (a --resume file that does not exist, after the model is built). The same
+# under srun: tests/slurm/slurm_test.sh.
 source "$(dirname "$0")/lib.sh"
 N="${REFUSAL_LAUNCHES:-50}"
 DATA="$REPO/data/dataset"
-KINDS=("--lr nan|--lr: must be a finite number"
+KINDS=("--resume $TMP/no-such.h5|checkpoint $TMP/no-such.h5: no such file"
   "--amp fp16|--amp fp16: this run is on the CPU"
   "--data $TMP/no-such-data|--data $TMP/no-such-data: directory does not exist")
 

@@ -119,11 +119,12 @@ fi
 # 5b. A configuration every task refuses is one clean exit under srun too (tests/e2e/refusal_test.sh
 #     under mpirun): srun --kill-on-bad-exit ends the other tasks the moment the first exits 2, and
 #     none of them may dump its flight recorder or say "SIGTERM received". SLURM_REFUSALS (50 by
-#     default) steps in one allocation, 4 tasks on 2 nodes, the three kinds in turn.
+#     default) steps in one allocation, 4 tasks on 2 nodes, the three kinds in turn (each after the
+#     flight recorder is armed).
 n_ref="${SLURM_REFUSALS:-50}"
 cat >"$TMP/refusals.sh" <<EOS
 for ((i = 0; i < $n_ref; i++)); do
-  case \$((i % 3)) in 0) f="--lr nan" ;; 1) f="--amp fp16" ;; 2) f="--data $TMP/no-such-data" ;; esac
+  case \$((i % 3)) in 0) f="--resume $TMP/no-such.h5" ;; 1) f="--amp fp16" ;; 2) f="--data $TMP/no-such-data" ;; esac
   srun --mpi=pmix --kill-on-bad-exit=1 ./mnist_ddp --device cpu --data "$SMALL" --max-steps 1 \
     --progress off --log-dir "$TMP/ref\$i.l" --checkpoint-dir "$TMP/ref\$i.c" \$f \
     >"$TMP/ref\$i.out" 2>"$TMP/ref\$i.err"

@@ -135,6 +135,10 @@ TEST(Cli, RejectionsNameTheFlag) {
   EXPECT_NE(parse_error({"--epochs", "x"}).find("--epochs"), std::string::npos);
   EXPECT_NE(parse_error({"--nesterov", "--momentum", "0"}).find("--nesterov"), std::string::npos);
   EXPECT_NE(parse_error({"--bogus"}).find("--help"), std::string::npos);
+  // --clear-logs starts a new run's files empty; a resumed run keeps the records it continues.
+  EXPECT_NE(parse_error({"--clear-logs", "--resume", "auto"}).find("drop --clear-logs"),
+            std::string::npos);
+  EXPECT_TRUE(parse_ok({"--clear-logs"}).clear_logs);
   // A model to evaluate or start from, and not two ways to begin at once.
   EXPECT_NE(parse_error({"--eval-only"}).find("--eval-only evaluates a checkpoint"),
             std::string::npos);
@@ -323,9 +327,10 @@ TEST(Cli, StoredConfigurationHoldsEveryFlagAsTyped) {
   std::set<std::string> keys;
   for (std::sregex_iterator it(help.begin(), help.end(), flag), end; it != end; ++it) {
     std::string name = std::string((*it)[1]).substr(2);
-    // They act, they configure nothing.
+    // They act, they configure nothing (--clear-logs acts on this run's start only: a resumed
+    // run or a --config written from this one must not inherit it).
     if (name == "help" || name == "help-all" || name == "version" || name == "config" ||
-        name == "write-config" || name == "dry-run")
+        name == "write-config" || name == "dry-run" || name == "clear-logs")
       continue;
     std::replace(name.begin(), name.end(), '-', '_');
     keys.insert(name);

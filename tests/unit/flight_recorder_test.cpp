@@ -127,7 +127,10 @@ TEST(FlightRecorder, DumpSignalWritesADumpAndTheProcessGoesOn) {
   std::filesystem::remove_all(dir);
 }
 
-TEST(FlightRecorder, ArmingRemovesThisRanksDumpFromAnEarlierRun) {
+// An earlier run's dump of this rank goes only once the run holds its directories
+// (clear_earlier_dump, after the locks: arming alone removes nothing, so a run refused at a lock
+// leaves the evidence), and never once this run has dumped.
+TEST(FlightRecorder, AnEarlierRunsDumpGoesOnlyWhenTheRunHoldsItsDirectory) {
   const std::string dir = temp_dir("stale");
   std::filesystem::create_directories(dir);
   std::ofstream(dir + "/flight-rank2.json") << "{}";
@@ -136,8 +139,17 @@ TEST(FlightRecorder, ArmingRemovesThisRanksDumpFromAnEarlierRun) {
   {
     FlightRecorder rec(2, 4, "h");
     rec.arm(4, dir, SIGUSR2);
+    EXPECT_TRUE(std::filesystem::exists(dir + "/flight-rank2.json"));
+    rec.clear_earlier_dump();
     EXPECT_FALSE(std::filesystem::exists(dir + "/flight-rank2.json"));
     EXPECT_FALSE(std::filesystem::exists(dir + "/flight-rank2.json.tmp"));
+    EXPECT_TRUE(std::filesystem::exists(dir + "/flight-rank3.json"));
+  }
+  {
+    FlightRecorder rec(3, 4, "h");
+    rec.arm(4, dir, SIGUSR2);
+    ASSERT_FALSE(rec.dump("this run's own").empty());
+    rec.clear_earlier_dump();  // this run's dump stays
     EXPECT_TRUE(std::filesystem::exists(dir + "/flight-rank3.json"));
   }
   std::filesystem::remove_all(dir);

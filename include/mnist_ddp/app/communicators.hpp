@@ -39,9 +39,9 @@ class Communicators {
 
   // The flight recorder armed (--flight-recorder, --log-dir, --flight-dump-signal) and, with
   // --collective-timeout > 0, the watchdog every communicator reports to (from here on); the
-  // watchdog dumps the recorder before it aborts the job. log_files: whether this run may write
-  // in --log-dir (false beside the run that holds it: the recorder stays off).
-  void start_watchdog(const Config& cfg, int rank, const std::string& host, bool log_files);
+  // watchdog dumps the recorder before it aborts the job. recorder: false keeps the flight
+  // recorder off (a visitor of --log-dir: --dry-run, --eval-only, --print-env, ...).
+  void start_watchdog(const Config& cfg, int rank, const std::string& host, bool recorder);
   // Collective: the NCCL communicator (bootstrapped through MPI), before the ops exist.
   void open_nccl();
   // Collective when the plan stages gradients through the host (a GPU with --comm mpi): the

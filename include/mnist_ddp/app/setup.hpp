@@ -35,7 +35,7 @@ int prepare_process();
 // error met by every rank together (rank 0 reports it), or, for anything unexpected on this rank
 // only (the others may be inside a collective), an abort of the whole job. on_failure(why) runs
 // first on every rank an error ends (the flight recorder's dump), not for agreed exits, which
-// decide the exit (process/signals.hpp decide_exit) before they unwind the run.
+// decide the exit (process/signals.hpp decide_exit) once run() has unwound.
 int exit_status_of(int rank, const std::function<int()>& body,
                    const std::function<void(const std::string&)>& on_failure);
 
@@ -49,18 +49,20 @@ std::optional<Identity> identify(int rank, int world, const MpiLocality& localit
 // handler. False when the run ends here (--help, --version, --write-config: written).
 bool configure(Comm& control, const Identity& id, int argc, char** argv, Config& cfg);
 
-// The log directory as this run has it: held (the lock, for the run's life), or only visited.
+// The log directory as this run has it: held (a training run: the lock, for the run's life), or
+// only visited (--dry-run, --eval-only, --print-env, --verify-checkpoints: no lock, no flight
+// recorder, so neither a visitor's start nor its failure touches another run's dumps).
 struct LogDirClaim {
-  std::unique_ptr<DirLock> lock;  // a training run's (rank 0's); nullptr otherwise
-  // Who holds the directory when this invocation only visits it (--dry-run, --eval-only,
-  // --print-env, --verify-checkpoints beside a running job); "" when nobody does. Every rank.
+  std::unique_ptr<DirLock> lock;  // a training run's, on rank 0; nullptr otherwise
+  bool visiting = false;          // every rank
+  // Who holds the directory a visitor is in; "" when nobody does. Every rank.
   std::string held_by;
   bool files() const { return held_by.empty(); }  // whether this run may write its files
 };
 // Collective (agreement): a training run takes --log-dir's lock (dir_lock.hpp kLogDir) before
-// anything writes there (the flight recorder clears its old dumps when armed): a directory held
-// by another running job is one error naming it and its holder, every rank exits 2. A visiting
-// invocation takes no lock and, beside a holder, writes nothing there (the console only).
+// anything writes there: a directory held by another running job is one error naming it and its
+// holder, every rank exits 2. A visitor takes no lock and, beside a holder, writes nothing there
+// (the console only); a directory it cannot read counts as free (its log then says why).
 LogDirClaim claim_log_dir(Comm& control, const Config& cfg);
 
 // Collective (agreement): a run that will write checkpoints takes its directory's lock (rank 0

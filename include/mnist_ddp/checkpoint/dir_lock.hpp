@@ -93,7 +93,8 @@ class DirLock {
   static void check(const std::string& dir, std::vector<std::string>* notes,
                     const LockedDir& kind = kCheckpointDir);
   // Who holds dir's lock, when acquire() would refuse or wait ("held by host ... pid ..."); empty
-  // when a run could take it. Reads only (--eval-only and --dry-run beside a running job).
+  // when a run could take it or the lock file cannot be read. Reads only (--eval-only and
+  // --dry-run beside a running job).
   static std::string holder_if_held(const std::string& dir, const LockedDir& kind);
   ~DirLock();
   DirLock(const DirLock&) = delete;

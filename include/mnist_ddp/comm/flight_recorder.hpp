@@ -83,6 +83,10 @@ class FlightRecorder {
   // SIGINT make the dump thread write one: the handlers only write the signal number to a pipe,
   // the thread does the rest.
   void arm(std::size_t capacity, const std::string& dir, int dump_signal);
+  // Removes this rank's dump of an earlier run in dir (it would read as this run's), unless this
+  // run has dumped already. Called once the run holds its directories (a run refused at a lock
+  // leaves the earlier run's evidence alone).
+  void clear_earlier_dump();
   // Every rank's host, in rank order (from the placement allgather), for the dump.
   void set_hosts(const std::vector<RankPlacement>& ranks);
   // The training step the next collectives belong to.
@@ -109,6 +113,7 @@ class FlightRecorder {
   std::atomic<std::int64_t> step_{-1};
   mutable std::mutex mu_;  // rings_ and dir_
   std::mutex dump_mu_;     // dumps one at a time
+  bool dumped_ = false;    // a dump was written (under dump_mu_)
   std::vector<std::unique_ptr<FlightRing>> rings_;
   std::string dir_;
   int pipe_[2] = {-1, -1};  // signal handlers -> dump thread

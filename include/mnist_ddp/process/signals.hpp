@@ -1,8 +1,8 @@
 // signals.hpp — clean stops. SIGINT/SIGTERM (and the --requeue-signal) only set a flag; at the next
 // step boundary the ranks agree (one small all-reduce: comm/agree.hpp agree_stop_signal), write a
-// checkpoint and exit with 128 + the signal number. A second signal ends the process at once,
-// touching no checkpoint (a half-written temporary is never renamed and is removed at the next
-// start).
+// checkpoint and exit with 128 + the signal number. A second signal ends the process at once
+// (with 128 + its number, or the status already decided: decide_exit), touching no checkpoint (a
+// half-written temporary is never renamed and is removed at the next start).
 #pragma once
 
 #include <string>
