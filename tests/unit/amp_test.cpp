@@ -93,7 +93,11 @@ TEST(Amp, CpuBackendsTakeBf16WhereTheCpuHasTheUnits) {
     EXPECT_NE(bf16.find("--amp bf16: bf16 training on the CPU needs AVX512-BF16"),
               std::string::npos)
         << bf16;
+#if defined(__x86_64__)
     EXPECT_NE(bf16.find("this CPU offers AVX"), std::string::npos) << bf16;
+#else
+    EXPECT_NE(bf16.find("this CPU offers "), std::string::npos) << bf16;
+#endif
   } else {
     EXPECT_EQ(bf16, "") << "this CPU has " << dnnl_layout().bf16_units;
     EXPECT_NO_THROW(onednn->set_amp(AmpMode::Off, nullptr, nullptr));

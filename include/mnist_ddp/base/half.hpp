@@ -9,8 +9,14 @@
 
 namespace mnist_ddp {
 
+// This machine's conversions: the CPU's own instructions where the compiler reaches them
+// (_Float16 / F16C on x86-64, __fp16 on AArch64), else the portable ones below.
 std::uint16_t to_fp16(float x);
 float from_fp16(std::uint16_t h);
+// The portable conversions (integer operations and one float addition): the fallback of every
+// other architecture, and the reference the hardware paths are tested against bit for bit.
+std::uint16_t to_fp16_portable(float x);
+float from_fp16_portable(std::uint16_t h);
 std::uint16_t to_bf16(float x);
 float from_bf16(std::uint16_t h);
 // y[i] = from_bf16(to_bf16(x[i])): x rounded to bf16, kept as float (a loop the compiler

@@ -168,6 +168,9 @@ struct DnnlLayout {
   std::string bf16;
 };
 DnnlLayout dnnl_layout(AmpMode amp = AmpMode::Off);
+// The CPU as the kernels see it, for the start-up line: "AVX-512 with AVX512-BF16 (oneDNN),
+// OpenBLAS Zen kernels", "aarch64 (NEON, SVE, SVE2, BF16) (oneDNN), OpenBLAS NEOVERSEV1 kernels".
+std::string cpu_kernel_description();
 // The CUDA backend (src/ops/cuda/); in a CPU-only build, a UserError saying "built without CUDA".
 // tf32: TF32 tensor cores for convolutions and the fc GEMM (PyTorch's cuDNN default). kernels:
 // --gpu-kernels (own: this project's kernels where it has them; they need tf32).

@@ -1,12 +1,18 @@
-// bf16_units.cpp — the CPU's bf16 units as oneDNN sees them (bf16_units.hpp).
+// bf16_units.cpp — the CPU's bf16 units as oneDNN sees them, and the CPU's instruction set as the
+// kernels see it (bf16_units.hpp; cpu_kernel_description in ops.hpp).
 #include "ops/cpu/bf16_units.hpp"
 
+#include <cblas.h>
 #include <dnnl.hpp>
 
 #include <fmt/format.h>
 
 #include <cstdlib>
 #include <string>
+#if defined(__aarch64__) && defined(__linux__)
+#include <asm/hwcap.h>
+#include <sys/auxv.h>
+#endif
 
 #include "mnist_ddp/diagnostics/check.hpp"
 
@@ -22,6 +28,11 @@ bool has_bits(dnnl::cpu_isa isa, dnnl_cpu_isa_t bits) {
 }  // namespace
 
 Units cpu_units() {
+#if !defined(__x86_64__)
+  // oneDNN's bf16 convolutions used here are its x86 ones (AVX512-BF16, AMX); elsewhere its ISA
+  // value is not an x86 bit set at all (aarch64: "all"), so it must not be read as one.
+  return Units::None;
+#endif
   const dnnl::cpu_isa isa = dnnl::get_effective_cpu_isa();
   if (has_bits(isa, dnnl_cpu_isa_avx512_core_amx)) return Units::Amx;
   if (has_bits(isa, dnnl_cpu_isa_avx512_core_bf16)) return Units::Avx512Bf16;
@@ -41,6 +52,27 @@ const char* units_name(Units u) {
 }
 
 std::string isa_name() {
+#if defined(__aarch64__)
+  // The kernel's view of this Arm CPU (oneDNN 2.6 names no aarch64 ISA through its API).
+  std::string out = "aarch64 (NEON";
+#if defined(__linux__)
+  const unsigned long hw = getauxval(AT_HWCAP), hw2 = getauxval(AT_HWCAP2);
+#ifdef HWCAP_SVE
+  if (hw & HWCAP_SVE) out += ", SVE";
+#endif
+#ifdef HWCAP2_SVE2
+  if (hw2 & HWCAP2_SVE2) out += ", SVE2";
+#endif
+#ifdef HWCAP2_BF16
+  if (hw2 & HWCAP2_BF16) out += ", BF16";
+#endif
+  (void)hw;
+  (void)hw2;
+#endif
+  return out + ")";
+#elif !defined(__x86_64__)
+  return "a CPU without x86 bf16 units";
+#endif
   switch (dnnl::get_effective_cpu_isa()) {
     case dnnl::cpu_isa::sse41:
       return "SSE4.1";
@@ -76,3 +108,13 @@ void require_units(const char* what) {
 }
 
 }  // namespace mnist_ddp::bf16
+
+namespace mnist_ddp {
+
+std::string cpu_kernel_description() {
+  // OpenBLAS's kernel family (OPENBLAS_CORETYPE included), the fc layer's and the reference
+  // backend's GEMM; oneDNN's ISA (ONEDNN_MAX_CPU_ISA included), or the Arm features it runs on.
+  return fmt::format("{} (oneDNN), OpenBLAS {} kernels", bf16::isa_name(), openblas_get_corename());
+}
+
+}  // namespace mnist_ddp
