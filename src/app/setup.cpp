@@ -33,7 +33,7 @@ int prepare_process() {
   H5dont_atexit();
   // The checkpoint layer's one test seam (MNIST_DDP_TEST_FAIL_CHECKPOINT), injected from here.
   set_checkpoint_write_hook(&checkpoint_write_seam);
-  if (const auto problem = launch_problem_before_mpi(read_launch_env())) {
+  if (const auto problem = launch_problem_before_mpi(read_launch_env(), mpi_library())) {
     std::fprintf(stderr, "mnist_ddp: error: %s\n", problem->c_str());
     return kExitUserError;
   }
@@ -303,6 +303,7 @@ DataSplit load_data(Comm& control, const Config& cfg, const Identity& id, const 
       "mnist_ddp {}: {} rank(s) on {} node(s), device {} ({}), {} "
       "thread(s)/rank",
       kVersion, id.world, id.num_nodes, to_string(where.device), kernels, where.threads));
+  if (where.device == Device::Cpu) log.info("cpu: " + cpu_kernel_description());
   if (dnnl.convolution.find("ref") != std::string::npos) {
     log.warn(
         fmt::format("oneDNN has no JIT convolution for this CPU ({}): its reference convolution is "

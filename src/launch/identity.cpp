@@ -6,10 +6,12 @@
 #include <unistd.h>
 
 #include <fmt/format.h>
+#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <charconv>
 #include <cstdlib>
+#include <optional>
 
 #include "mnist_ddp/diagnostics/check.hpp"
 
@@ -31,6 +33,10 @@ constexpr std::array kLaunchVars = {"OMPI_COMM_WORLD_RANK",
                                     "PMI_RANK",
                                     "PMI_SIZE",
                                     "PMI_FD",
+                                    "MPI_LOCALRANKID",
+                                    "MPI_LOCALNRANKS",
+                                    "PALS_RANKID",
+                                    "PALS_LOCAL_RANKID",
                                     "SLURM_MPI_TYPE"};
 
 std::optional<int> get_int(const EnvMap& env, const std::string& name) {
@@ -44,7 +50,46 @@ std::optional<int> get_int(const EnvMap& env, const std::string& name) {
   return v;
 }
 
+// The srun plugin (and mpiexec) that start this binary's MPI, for the launcher advice.
+std::string launch_advice(const std::string& library) {
+  const std::string family = mpi_family(library);
+  if (family == "Cray MPICH") {
+    return "`srun --mpi=cray_shasta ./mnist_ddp ...` (or the site's default plugin), or PALS's "
+           "mpiexec";
+  }
+  if (family == "MPICH") {
+    return "`srun --mpi=pmi2 ./mnist_ddp ...` (this binary's MPI is MPICH), or its mpiexec";
+  }
+  return "`srun --mpi=pmix ./mnist_ddp ...` (or set MpiDefault=pmix in slurm.conf)";
+}
+
+// A launcher's own rank/size variables against MPI's: the binary's MPI is not the launcher's.
+void check_launcher_rank(const std::string& launcher, const std::string& vars,
+                         std::optional<int> rank, std::optional<int> size, int mpi_rank,
+                         int mpi_world, const std::string& library) {
+  if (*rank == mpi_rank && (!size || *size == mpi_world)) return;
+  throw UserError(fmt::format(
+      "launcher mismatch: {} = {}/{} but MPI says rank {} of {}. The binary was probably built "
+      "against a different MPI ({}) than the {} that started it; rebuild with MPICXX pointing at "
+      "that MPI's mpicxx (make clean && make MPICXX=...), or launch with the launcher that "
+      "matches the build: {}.",
+      vars, *rank, size ? std::to_string(*size) : "?", mpi_rank, mpi_world,
+      library.empty() ? "unknown" : library, launcher, launch_advice(library)));
+}
+
 }  // namespace
+
+std::string mpi_family(const std::string& library) {
+  if (library.find("CRAY MPICH") != std::string::npos ||
+      library.find("Cray MPICH") != std::string::npos)
+    return "Cray MPICH";
+  if (library.find("Open MPI") != std::string::npos) return "Open MPI";
+  if (library.find("MPICH") != std::string::npos ||
+      library.find("Intel(R) MPI") != std::string::npos ||
+      library.find("MVAPICH") != std::string::npos)
+    return "MPICH";
+  return "";
+}
 
 EnvMap read_launch_env() {
   EnvMap env;
@@ -74,36 +119,56 @@ Identity derive_identity(int mpi_rank, int mpi_world, const MpiLocality& mpi, co
   auto slurm_ntasks = get_int(env, "SLURM_STEP_NUM_TASKS");
   if (!slurm_ntasks) slurm_ntasks = get_int(env, "SLURM_NTASKS");
 
+  const auto pmi_rank = get_int(env, "PMI_RANK");
+  const auto hydra_local = get_int(env, "MPI_LOCALRANKID");
+  const auto pals_rank = get_int(env, "PALS_RANKID");
+  if (!mpi.library.empty()) id.derivation.push_back("mpi: " + mpi.library);
+
   if (ompi_rank) {
     // Started by Open MPI's mpirun. Inside a Slurm allocation, SLURM_PROCID/SLURM_LOCALID then
     // describe the mpirun step, not this rank, so they are deliberately not compared.
     id.launcher = "mpirun";
-    if (*ompi_rank != mpi_rank || (ompi_size && *ompi_size != mpi_world)) {
-      throw UserError(fmt::format(
-          "launcher mismatch: OMPI_COMM_WORLD_RANK/SIZE = {}/{} but MPI says rank {} of {}. The "
-          "binary was probably built against a different MPI than the mpirun that started it; "
-          "rebuild with MPICXX pointing at this MPI's mpicxx (make clean && make MPICXX=...), or "
-          "use the mpirun that matches the build.",
-          *ompi_rank, ompi_size ? std::to_string(*ompi_size) : "?", mpi_rank, mpi_world));
-    }
+    check_launcher_rank("mpirun", "OMPI_COMM_WORLD_RANK/SIZE", ompi_rank, ompi_size, mpi_rank,
+                        mpi_world, mpi.library);
     id.derivation.push_back(
         fmt::format("launcher: mpirun (OMPI_COMM_WORLD_RANK={} agrees)", *ompi_rank));
+  } else if (pmi_rank && hydra_local) {
+    // MPICH's mpiexec (Hydra) sets MPI_LOCALRANKID beside PMI_RANK/PMI_SIZE; inside an
+    // allocation its proxies run as srun tasks, so SLURM_PROCID is the proxy's, not this rank's.
+    id.launcher = "mpiexec (Hydra)";
+    check_launcher_rank("mpiexec (Hydra)", "PMI_RANK/PMI_SIZE", pmi_rank, get_int(env, "PMI_SIZE"),
+                        mpi_rank, mpi_world, mpi.library);
+    id.derivation.push_back(
+        fmt::format("launcher: mpiexec (Hydra) (PMI_RANK={} agrees)", *pmi_rank));
+  } else if (pals_rank) {
+    // HPE Cray's PALS mpiexec (PBS clusters): PALS_RANKID, PALS_LOCAL_RANKID.
+    id.launcher = "mpiexec (PALS)";
+    check_launcher_rank("mpiexec (PALS)", "PALS_RANKID", pals_rank, std::nullopt, mpi_rank,
+                        mpi_world, mpi.library);
+    id.derivation.push_back(
+        fmt::format("launcher: mpiexec (PALS) (PALS_RANKID={} agrees)", *pals_rank));
   } else if (slurm_procid) {
     id.launcher = "srun";
     if (*slurm_procid != mpi_rank || (slurm_ntasks && *slurm_ntasks != mpi_world)) {
       throw UserError(fmt::format(
           "launcher mismatch: Slurm started this task as SLURM_PROCID={} of {} tasks, but MPI "
-          "says rank {} of {}. srun started the tasks without an MPI bootstrap, so each one became "
-          "its own world of 1. Launch with `srun --mpi=pmix ./mnist_ddp ...` (or set "
-          "MpiDefault=pmix in slurm.conf); `srun --mpi=list` shows what this cluster supports.",
-          *slurm_procid, slurm_ntasks ? std::to_string(*slurm_ntasks) : "?", mpi_rank, mpi_world));
+          "says rank {} of {}. srun started the tasks without an MPI bootstrap this binary's MPI "
+          "({}) speaks, so each one became its own world of 1. Launch with {}; `srun --mpi=list` "
+          "shows what this cluster supports.",
+          *slurm_procid, slurm_ntasks ? std::to_string(*slurm_ntasks) : "?", mpi_rank, mpi_world,
+          mpi.library.empty() ? "unknown" : mpi.library, launch_advice(mpi.library)));
+    }
+    // srun --mpi=pmi2 (MPICH): its PMI rank must be MPI's too.
+    if (pmi_rank) {
+      check_launcher_rank("srun", "PMI_RANK/PMI_SIZE", pmi_rank, get_int(env, "PMI_SIZE"), mpi_rank,
+                          mpi_world, mpi.library);
     }
     id.derivation.push_back(fmt::format("launcher: srun (SLURM_PROCID={} agrees)", *slurm_procid));
   } else {
     id.launcher = mpi_world == 1 ? "none" : "other";
     id.derivation.push_back(mpi_world == 1
                                 ? "launcher: none (singleton MPI, world size 1)"
-                                : "launcher: unknown (no OMPI_*/SLURM_* rank variables)");
+                                : "launcher: unknown (no OMPI_*/PMI_*/SLURM_* rank variables)");
   }
   if (pmix_rank && *pmix_rank != mpi_rank) {
     throw UserError(fmt::format(
@@ -117,12 +182,23 @@ Identity derive_identity(int mpi_rank, int mpi_world, const MpiLocality& mpi, co
   // memory split.
   const auto ompi_local = get_int(env, "OMPI_COMM_WORLD_LOCAL_RANK");
   const auto slurm_local = get_int(env, "SLURM_LOCALID");
-  if (ompi_local) {
-    id.local_rank = *ompi_local;
-    id.local_rank_source = "OMPI_COMM_WORLD_LOCAL_RANK";
+  const auto pals_local = get_int(env, "PALS_LOCAL_RANKID");
+  // The launcher's own local rank first (under mpirun or mpiexec inside an allocation,
+  // SLURM_LOCALID is the launcher step's).
+  const char* launcher_local_name = ompi_local ? "OMPI_COMM_WORLD_LOCAL_RANK"
+                                    : id.launcher == "mpiexec (Hydra)" ? "MPI_LOCALRANKID"
+                                    : id.launcher == "mpiexec (PALS)" && pals_local
+                                        ? "PALS_LOCAL_RANKID"
+                                        : nullptr;
+  const std::optional<int> launcher_local = ompi_local                         ? ompi_local
+                                            : id.launcher == "mpiexec (Hydra)" ? hydra_local
+                                                                               : pals_local;
+  if (launcher_local_name != nullptr) {
+    id.local_rank = *launcher_local;
+    id.local_rank_source = launcher_local_name;
     id.derivation.push_back(
-        fmt::format("local_rank: OMPI_COMM_WORLD_LOCAL_RANK = {}", *ompi_local));
-  } else if (!ompi_rank && slurm_local) {
+        fmt::format("local_rank: {} = {}", launcher_local_name, *launcher_local));
+  } else if (!ompi_rank && id.launcher.rfind("mpiexec", 0) != 0 && slurm_local) {
     id.local_rank = *slurm_local;
     id.local_rank_source = "SLURM_LOCALID";
     id.derivation.push_back(fmt::format("local_rank: SLURM_LOCALID = {}", *slurm_local));
@@ -156,7 +232,8 @@ void check_local_rank(const Identity& id) {
       id.local_rank_source, id.local_rank, id.local_size, id.local_size - 1));
 }
 
-std::optional<std::string> launch_problem_before_mpi(const EnvMap& env) {
+std::optional<std::string> launch_problem_before_mpi(const EnvMap& env,
+                                                     const std::string& library) {
   const bool srun_step = env.count("SLURM_STEP_ID") != 0;
   const bool bootstrap = env.count("PMIX_RANK") != 0 || env.count("PMI_RANK") != 0 ||
                          env.count("PMI_FD") != 0 || env.count("OMPI_COMM_WORLD_RANK") != 0;
@@ -166,11 +243,25 @@ std::optional<std::string> launch_problem_before_mpi(const EnvMap& env) {
   const auto mpi = env.find("SLURM_MPI_TYPE");
   return fmt::format(
       "launcher: srun started this task (SLURM_PROCID={} of {} tasks) without an MPI bootstrap "
-      "(--mpi={}: no PMIx/PMI variables), so MPI cannot start. Launch with `srun --mpi=pmix "
-      "./mnist_ddp ...` (or set MpiDefault=pmix in slurm.conf); `srun --mpi=list` shows what this "
-      "cluster supports.",
+      "(--mpi={}: no PMIx/PMI variables), so MPI cannot start. Launch with {}; `srun --mpi=list` "
+      "shows what this cluster supports.",
       procid ? std::to_string(*procid) : "?", tasks ? std::to_string(*tasks) : "?",
-      mpi != env.end() ? mpi->second : "none");
+      mpi != env.end() ? mpi->second : "none", launch_advice(library));
+}
+
+std::string mpi_library() {
+  // Allowed before MPI_Init (MPI-3), so the launch check before it can name the library too.
+  char version[MPI_MAX_LIBRARY_VERSION_STRING] = {0};
+  int len = 0;
+  if (MPI_Get_library_version(version, &len) != MPI_SUCCESS) return "";
+  std::string v(version,
+                static_cast<std::size_t>(std::clamp(len, 0, MPI_MAX_LIBRARY_VERSION_STRING)));
+  // The first line, its trailing blanks and commas cut (MPICH's is a multi-line report).
+  v = v.substr(0, v.find('\n'));
+  while (!v.empty() && (v.back() == ' ' || v.back() == '\t' || v.back() == ',' ||
+                        v.back() == '\r' || v.back() == '\0'))
+    v.pop_back();
+  return v;
 }
 
 namespace {
@@ -191,6 +282,7 @@ bool mpi_thread_multiple() {
 void mpi_query(int* rank, int* world, MpiLocality* locality) {
   MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, rank));
   MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, world));
+  locality->library = mpi_library();
   MPI_Comm local = MPI_COMM_NULL;
   // Collective: every rank learns its node-local group (ranks sharing memory).
   MPI_CHECK(

@@ -1,5 +1,6 @@
 // runtime_test.cpp — rank/local-rank derivation and the launcher cross-checks, with hand-made
-// environments for mpirun, srun with and without PMIx, and no launcher.
+// environments for mpirun, MPICH's mpiexec (Hydra), HPE Cray's PALS mpiexec, srun with and
+// without PMIx or PMI-2, and no launcher.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -245,6 +246,111 @@ TEST(CudaSeam, TheTableAndTheAbiComeFromTheOneList) {
   EXPECT_EQ(kCudaBackendAbi, cuda_seam_hash(kCudaSeamText) ^ kCudaBackendRevision);
   const std::string one_more = text + "CALL extra extra int ();";
   EXPECT_NE(cuda_seam_hash(one_more.c_str()), cuda_seam_hash(kCudaSeamText));
+}
+
+}  // namespace
+}  // namespace mnist_ddp
+
+namespace mnist_ddp {
+namespace {
+
+MpiLocality with_library(int lr, int ls, const std::string& library) {
+  MpiLocality m = loc(lr, ls);
+  m.library = library;
+  return m;
+}
+
+std::string mismatch_of(int rank, int world, const MpiLocality& mpi, const EnvMap& env) {
+  try {
+    derive_identity(rank, world, mpi, env, "h", 1);
+  } catch (const UserError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Runtime, MpiFamiliesFromTheLibraryLine) {
+  EXPECT_EQ(mpi_family("Open MPI v4.1.4, package: Debian OpenMPI"), "Open MPI");
+  EXPECT_EQ(mpi_family("MPICH Version:      4.0.2"), "MPICH");
+  EXPECT_EQ(mpi_family("MPI VERSION    : CRAY MPICH version 8.1.28.15 (ANL base 3.4a2)"),
+            "Cray MPICH");
+  EXPECT_EQ(mpi_family("Intel(R) MPI Library 2021.10 for Linux* OS"), "MPICH");
+  EXPECT_EQ(mpi_family("MVAPICH2 Version      :   2.3.7"), "MPICH");
+  EXPECT_EQ(mpi_family(""), "");
+}
+
+// mpiexec.hydra: PMI_RANK/PMI_SIZE and MPI_LOCALRANKID; inside an allocation its proxies are srun
+// tasks, so SLURM_PROCID/SLURM_LOCALID describe the proxy and are not compared.
+TEST(Runtime, HydraAgreesAndGivesLocalRank) {
+  const EnvMap env = {{"PMI_RANK", "3"},        {"PMI_SIZE", "4"},        {"PMI_FD", "7"},
+                      {"MPI_LOCALRANKID", "1"}, {"MPI_LOCALNRANKS", "2"}, {"SLURM_PROCID", "0"},
+                      {"SLURM_LOCALID", "0"},   {"SLURM_NTASKS", "1"}};
+  const Identity id =
+      derive_identity(3, 4, with_library(1, 2, "MPICH Version: 4.0.2"), env, "h", 1);
+  EXPECT_EQ(id.launcher, "mpiexec (Hydra)");
+  EXPECT_EQ(id.local_rank, 1);
+  EXPECT_EQ(id.local_rank_source, "MPI_LOCALRANKID");
+  const auto has = [&](const std::string& line) {
+    return std::find(id.derivation.begin(), id.derivation.end(), line) != id.derivation.end();
+  };
+  EXPECT_TRUE(has("launcher: mpiexec (Hydra) (PMI_RANK=3 agrees)"));
+  EXPECT_TRUE(has("local_rank: MPI_LOCALRANKID = 1"));
+  EXPECT_TRUE(has("mpi: MPICH Version: 4.0.2"));
+  // An Open MPI binary started by Hydra: each process is a singleton of its own MPI.
+  const std::string e = mismatch_of(0, 1, with_library(0, 1, "Open MPI v4.1.4"), env);
+  EXPECT_NE(e.find("launcher mismatch: PMI_RANK/PMI_SIZE = 3/4 but MPI says rank 0 of 1"),
+            std::string::npos)
+      << e;
+  EXPECT_NE(e.find("different MPI (Open MPI v4.1.4) than the mpiexec (Hydra)"), std::string::npos)
+      << e;
+  EXPECT_NE(e.find("srun --mpi=pmix"), std::string::npos) << e;
+}
+
+// An MPICH binary started by Open MPI's mpirun: the advice names MPICH's own launchers.
+TEST(Runtime, MpirunStartingAnMpichBinaryIsNamed) {
+  const EnvMap env = {{"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "2"}};
+  const std::string e = mismatch_of(0, 1, with_library(0, 1, "MPICH Version: 4.0.2"), env);
+  EXPECT_NE(e.find("OMPI_COMM_WORLD_RANK/SIZE = 1/2 but MPI says rank 0 of 1"), std::string::npos)
+      << e;
+  EXPECT_NE(e.find("srun --mpi=pmi2"), std::string::npos) << e;
+}
+
+// srun --mpi=pmi2 (MPICH): Slurm's and PMI's ranks both checked; srun without a plugin the
+// binary's MPI speaks names that MPI's plugin (MPICH: pmi2, Cray MPICH: cray_shasta).
+TEST(Runtime, SrunWithPmi2ChecksBothRanksAndNamesThePluginOfTheBinarysMpi) {
+  const EnvMap env = {{"SLURM_PROCID", "1"},  {"SLURM_STEP_NUM_TASKS", "2"},
+                      {"SLURM_LOCALID", "1"}, {"PMI_RANK", "1"},
+                      {"PMI_SIZE", "2"},      {"PMI_FD", "5"}};
+  const Identity id =
+      derive_identity(1, 2, with_library(1, 2, "MPICH Version: 4.0.2"), env, "h", 1);
+  EXPECT_EQ(id.launcher, "srun");
+  EXPECT_EQ(id.local_rank_source, "SLURM_LOCALID");
+  EnvMap off = env;
+  off["PMI_RANK"] = "0";
+  EXPECT_NE(mismatch_of(1, 2, with_library(1, 2, "MPICH"), off).find("PMI_RANK/PMI_SIZE = 0/2"),
+            std::string::npos);
+  const EnvMap srun_only = {{"SLURM_PROCID", "1"}, {"SLURM_STEP_NUM_TASKS", "2"}};
+  EXPECT_NE(mismatch_of(0, 1, with_library(0, 1, "MPICH Version: 4.0.2"), srun_only)
+                .find("srun --mpi=pmi2"),
+            std::string::npos);
+  EXPECT_NE(mismatch_of(0, 1, with_library(0, 1, "MPI VERSION : CRAY MPICH version 8.1"), srun_only)
+                .find("srun --mpi=cray_shasta"),
+            std::string::npos);
+  const EnvMap none = {
+      {"SLURM_STEP_ID", "0"}, {"SLURM_PROCID", "1"}, {"SLURM_STEP_NUM_TASKS", "2"}};
+  EXPECT_NE(launch_problem_before_mpi(none, "MPICH Version: 4.0.2")->find("srun --mpi=pmi2"),
+            std::string::npos);
+}
+
+// HPE Cray's PALS mpiexec (PBS Pro clusters): PALS_RANKID and PALS_LOCAL_RANKID.
+TEST(Runtime, PalsAgreesAndGivesLocalRank) {
+  const EnvMap env = {{"PALS_RANKID", "5"}, {"PALS_LOCAL_RANKID", "1"}};
+  const Identity id = derive_identity(
+      5, 8, with_library(1, 4, "MPI VERSION : CRAY MPICH version 8.1"), env, "h", 1);
+  EXPECT_EQ(id.launcher, "mpiexec (PALS)");
+  EXPECT_EQ(id.local_rank, 1);
+  EXPECT_NE(mismatch_of(0, 1, with_library(0, 1, ""), env).find("PALS_RANKID = 5/? but MPI says"),
+            std::string::npos);
 }
 
 }  // namespace

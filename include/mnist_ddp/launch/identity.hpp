@@ -13,7 +13,8 @@ namespace mnist_ddp {
 // A snapshot of the launcher-related environment variables (a plain map so tests can build one).
 using EnvMap = std::map<std::string, std::string>;
 
-// Reads the variables the derivation looks at (OMPI_*, SLURM_*, PMIX_*) from the environment.
+// Reads the variables the derivation looks at (OMPI_*, SLURM_*, PMIX_*, PMI_*, MPICH Hydra's
+// MPI_LOCALRANKID, HPE Cray PALS's PALS_*) from the environment.
 EnvMap read_launch_env();
 
 // Everything that identifies this rank. `derivation` records where each value came from, for
@@ -27,7 +28,9 @@ struct Identity {
   int num_nodes = 1;
   std::string host;
   long pid = 0;
-  std::string launcher;  // "mpirun", "srun", "none" (singleton)
+  // "mpirun" (Open MPI), "mpiexec (Hydra)" (MPICH's), "mpiexec (PALS)" (HPE Cray's), "srun",
+  // "none" (singleton), "other"
+  std::string launcher;
   // Where local_rank came from: OMPI_COMM_WORLD_LOCAL_RANK, SLURM_LOCALID or MPI's split.
   std::string local_rank_source = "MPI_Comm_split_type(SHARED)";
   std::vector<std::string> derivation;
@@ -39,7 +42,15 @@ struct MpiLocality {
   int local_size = 1;
   int node = 0;
   int num_nodes = 1;
+  // The MPI library this binary runs (MPI_Get_library_version's first line: "Open MPI v4.1.4 ...",
+  // "MPICH Version: 4.0.2", "MPI VERSION : CRAY MPICH version 8.1.28 ..."): the launcher advice
+  // names the srun plugin it speaks.
+  std::string library;
 };
+
+// The MPI family of a library line (MpiLocality::library): "Open MPI", "Cray MPICH", "MPICH"
+// (MPICH and its derivatives: Intel MPI, MVAPICH), or "" when unknown.
+std::string mpi_family(const std::string& library);
 
 // Cross-checks the launcher's variables against MPI and derives local rank. Pure function so it
 // is unit-tested with hand-made environments. Throws UserError when the launcher and MPI disagree
@@ -57,7 +68,11 @@ void mpi_init(int* argc, char*** argv);
 // Before MPI_Init: a task that srun started without an MPI bootstrap (an srun step, but no PMIx,
 // PMI or mpirun variables) cannot initialise MPI at all (Open MPI aborts inside MPI_Init with
 // its own message); this returns the explanation and the fix instead, or nullopt.
-std::optional<std::string> launch_problem_before_mpi(const EnvMap& env);
+std::optional<std::string> launch_problem_before_mpi(const EnvMap& env,
+                                                     const std::string& library = "");
+// The MPI library's version line (MPI_Get_library_version, allowed before MPI_Init): "Open MPI
+// v4.1.4, package: ...", "MPICH Version: 4.0.2"; "" when it cannot say.
+std::string mpi_library();
 // Whether the MPI library granted MPI_THREAD_MULTIPLE (needed by --overlap-engine thread).
 bool mpi_thread_multiple();
 
