@@ -1,18 +1,29 @@
 // comm_bench.cpp — the gradient path's communication, under mpirun (e.g. `mpirun -np 2
 // build/bench/comm_bench`, or `make bench`): all-reduce bandwidth over message sizes for MPI and
-// NCCL with nccl-tests' definitions (algbw = bytes / time; busbw = algbw * 2(n-1)/n), the data
-// checked after the timed loop (every element must equal the sum of the ranks' fill values), and
+// NCCL with nccl-tests' definitions (algbw = bytes / time; busbw = algbw * 2(n-1)/n), the result
+// checked bit for bit after every iteration on every rank (an integer-valued pattern that depends
+// on the element and the rank, whose float sums are exact: a wrong, lost or misplaced chunk shows;
+// at the end each rank's count of wrong elements is gathered and rank 0 names the ranks and hosts
+// that got a wrong answer: exit 1. MNIST_DDP_TEST_CORRUPT_ALLREDUCE=R makes rank R's result wrong
+// in one element, the check's own test), and
 // the cost of the compression hooks: fp16/bf16 encode + decode of the model's gradient arena, and
 // one PowerSGD reduction of it (all three variants) against the plain all-reduce.
 // Every rank runs the same fixed number of iterations; an iteration's time is the slowest rank's.
 #include <benchmark/benchmark.h>
 #include <mpi.h>
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <csignal>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "mnist_ddp/comm/comm.hpp"
@@ -40,6 +51,92 @@ double slowest(double seconds) {
   return seconds;
 }
 
+// The result check. Element i of rank r is (7 i + 13 r) mod 1021: integers below 2^10, so every
+// partial sum of up to 2^14 ranks is an integer below 2^24 and exact in float whatever order the
+// reduction adds in; the expected sum is computed in integers.
+float pattern(std::size_t i, int rank) {
+  return static_cast<float>(
+      (7 * static_cast<std::uint64_t>(i) + 13 * static_cast<std::uint64_t>(rank)) % 1021);
+}
+void fill_pattern(std::span<float> x, int rank) {
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = pattern(i, rank);
+}
+struct ResultCheck {
+  std::int64_t checked = 0;  // elements compared on this rank
+  std::int64_t wrong = 0;    // of them, not the exact sum
+  std::int64_t first = -1;   // the first wrong element's index (of the first wrong result)
+  float got = 0, want = 0;
+};
+ResultCheck g_check;
+int corrupt_rank() {
+  const char* v = std::getenv("MNIST_DDP_TEST_CORRUPT_ALLREDUCE");
+  return v != nullptr ? std::atoi(v) : -1;
+}
+// Compares x (an all-reduce sum of fill_pattern over `world` ranks) with the exact sums, bit for
+// bit; the test seam first makes this rank's result wrong in its middle element.
+void check_sum(std::span<float> x, int world, int rank) {
+  if (rank == corrupt_rank() && !x.empty()) x[x.size() / 2] += 1.0f;
+  // The exact sum depends on i mod 1021 only: one table of the 1021 sums, in integers.
+  std::vector<float> sums(1021);
+  for (std::size_t k = 0; k < sums.size(); ++k) {
+    std::uint64_t want = 0;
+    for (int r = 0; r < world; ++r) want += static_cast<std::uint64_t>(pattern(k, r));
+    sums[k] = static_cast<float>(want);
+  }
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    const float w = sums[i % sums.size()];
+    if (x[i] != w) {
+      if (g_check.first < 0) {
+        g_check.first = static_cast<std::int64_t>(i);
+        g_check.got = x[i];
+        g_check.want = w;
+      }
+      ++g_check.wrong;
+    }
+  }
+  g_check.checked += static_cast<std::int64_t>(x.size());
+}
+
+// Collective (at the end, every rank): each rank's check gathered to rank 0, which prints one line
+// per rank that got a wrong answer (rank, host, how many, the first) or one line that all were
+// exact. Returns the exit status: 1 when any rank got a wrong answer.
+int report_result_check() {
+  int rank = 0, world = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  std::array<char, 64> host{};
+  gethostname(host.data(), host.size() - 1);
+  const std::array<double, 5> mine = {
+      static_cast<double>(g_check.checked), static_cast<double>(g_check.wrong),
+      static_cast<double>(g_check.first), g_check.got, g_check.want};
+  std::vector<double> all(5 * static_cast<std::size_t>(world));
+  std::vector<char> hosts(64 * static_cast<std::size_t>(world));
+  MPI_Gather(mine.data(), 5, MPI_DOUBLE, all.data(), 5, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+  MPI_Gather(host.data(), 64, MPI_CHAR, hosts.data(), 64, MPI_CHAR, 0, MPI_COMM_WORLD);
+  int bad = 0;
+  if (rank == 0) {
+    double checked = 0;
+    for (int r = 0; r < world; ++r) {
+      const double* v = &all[5 * static_cast<std::size_t>(r)];
+      checked += v[0];
+      if (v[1] == 0) continue;
+      ++bad;
+      std::printf(
+          "all-reduce result check: WRONG on rank %d (host %s): %.0f of %.0f elements differ from "
+          "the exact sum, the first at element %.0f (got %.9g, want %.9g)\n",
+          r, &hosts[64 * static_cast<std::size_t>(r)], v[1], v[0], v[2], v[3], v[4]);
+    }
+    if (bad == 0) {
+      std::printf("all-reduce result check: exact on all %d rank(s) (%.0f elements compared)\n",
+                  world, checked);
+    }
+    std::fflush(stdout);
+  }
+  // Collective: every rank exits with rank 0's verdict.
+  MPI_Bcast(&bad, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  return bad > 0 ? 1 : 0;
+}
+
 void set_bandwidth(benchmark::State& st, std::size_t bytes, int ranks, double seconds) {
   const double algbw = static_cast<double>(bytes) * static_cast<double>(st.iterations()) / seconds;
   st.counters["algbw_GBps"] = algbw / 1e9;
@@ -51,17 +148,17 @@ void BM_AllreduceMpi(benchmark::State& st) {
   Comm& c = *g_mpi;
   std::vector<float> buf(n);
   double total = 0;
+  const std::int64_t wrong_before = g_check.wrong;
   for (auto _ : st) {
-    std::fill(buf.begin(), buf.end(), static_cast<float>(c.rank() + 1));
+    fill_pattern(buf, c.rank());
     const auto t0 = Clock::now();
     c.allreduce(std::span<float>(buf), ReduceOp::Sum);
     const double t = slowest(std::chrono::duration<double>(Clock::now() - t0).count());
     st.SetIterationTime(t);
     total += t;
+    check_sum(buf, c.size(), c.rank());  // outside the timed region
   }
-  const float want = static_cast<float>(c.size() * (c.size() + 1) / 2);
-  const auto bad = std::count_if(buf.begin(), buf.end(), [&](float x) { return x != want; });
-  if (bad != 0) st.SkipWithError("data check failed: wrong all-reduce sums");
+  if (g_check.wrong != wrong_before) st.SkipWithError("result check failed: wrong all-reduce sums");
   set_bandwidth(st, n * sizeof(float), c.size(), total);
 }
 
@@ -73,22 +170,23 @@ void BM_AllreduceNccl(benchmark::State& st) {
   const auto n = static_cast<std::size_t>(st.range(0)) / sizeof(float);
   Comm& c = *g_nccl;
   auto* dev = static_cast<float*>(cuda_alloc(n * sizeof(float)));
-  std::vector<float> host(n, static_cast<float>(c.rank() + 1));
+  std::vector<float> host(n);
   auto ops = make_ops(Device::Cuda);
   double total = 0;
+  const std::int64_t wrong_before = g_check.wrong;
   for (auto _ : st) {
+    fill_pattern(host, c.rank());
     ops->upload(host.data(), dev, n * sizeof(float));
     const auto t0 = Clock::now();
     c.allreduce(std::span<float>(dev, n), ReduceOp::Sum);  // unbound NcclComm: synchronous
     const double t = slowest(std::chrono::duration<double>(Clock::now() - t0).count());
     st.SetIterationTime(t);
     total += t;
+    ops->download(dev, host.data(), n * sizeof(float));  // outside the timed region
+    check_sum(host, c.size(), c.rank());
   }
-  ops->download(dev, host.data(), n * sizeof(float));
   cuda_free(dev);
-  const float want = static_cast<float>(c.size() * (c.size() + 1) / 2);
-  if (std::any_of(host.begin(), host.end(), [&](float x) { return x != want; }))
-    st.SkipWithError("data check failed: wrong all-reduce sums");
+  if (g_check.wrong != wrong_before) st.SkipWithError("result check failed: wrong all-reduce sums");
   set_bandwidth(st, n * sizeof(float), c.size(), total);
 }
 
@@ -209,9 +307,13 @@ class SilentReporter : public benchmark::BenchmarkReporter {
 
 int main(int argc, char** argv) {
   mpi_init(&argc, &argv);
+  bool to_file = false;  // --benchmark_out=FILE given (Initialize removes it from argv)
+  for (int i = 1; i < argc; ++i)
+    to_file = to_file || std::string(argv[i]).rfind("--benchmark_out=", 0) == 0;
   benchmark::Initialize(&argc, argv);
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  int code = 0;
   {
     std::unique_ptr<Comm> mpi = make_mpi_comm();
     g_mpi = mpi.get();
@@ -235,9 +337,16 @@ int main(int argc, char** argv) {
     if (rank == 0) {
       benchmark::RunSpecifiedBenchmarks();
     } else {
-      benchmark::RunSpecifiedBenchmarks(&silent);
+      // Silent for --benchmark_out too: the file is rank 0's results, not the last rank's (the
+      // library refuses a file reporter without the flag).
+      if (to_file) {
+        benchmark::RunSpecifiedBenchmarks(&silent, &silent);
+      } else {
+        benchmark::RunSpecifiedBenchmarks(&silent);
+      }
     }
     benchmark::Shutdown();
+    code = report_result_check();  // collective
     g_nccl = nullptr;
     g_mpi = nullptr;
     // Teardown order: NCCL, then CUDA, then MPI.
@@ -246,5 +355,5 @@ int main(int argc, char** argv) {
     mpi.reset();
   }
   MPI_Finalize();
-  return 0;
+  return code;
 }

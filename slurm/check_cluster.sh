@@ -6,7 +6,9 @@
 #      so no node waits for another), ROUNDS rounds, the median per node; the spread between a
 #      node's rounds is the noise this allocation has, measured, not assumed;
 #   2. the all-reduce bus bandwidth between the nodes (build/bench/comm_bench, one rank per node,
-#      nccl-tests' algbw/busbw: busbw = algbw x 2(n-1)/n), 4 MiB messages;
+#      nccl-tests' algbw/busbw: busbw = algbw x 2(n-1)/n), 4 MiB messages, and its result checked
+#      on every rank bit for bit (an integer pattern's exact sum): a node that got a wrong answer
+#      is CRITICAL, named;
 #   3. a short run on every task of the allocation with mnist_ddp's straggler detection: its
 #      per-node table (each node's median compute per step, waits for other nodes left out).
 # A node is WARN when its score (the fastest node's throughput / its own, from 1 and from 3,
@@ -17,12 +19,15 @@
 #   --warn S (0.8)  --critical S (0.6)  --rounds R (2)  --steps N (40, per measurement)
 #   --data DIR (data/dataset)  --device cpu|cuda (cpu)  --json FILE (check_cluster.json)
 #   --out DIR (check_cluster.<job id>)  --seconds S (60: a budget each step is cut to)
+# MNIST_DDP_SRUN_MPI: the srun --mpi plugin (default pmix; pmi2 for MPICH, cray_shasta for Cray).
 # It needs build/bench/comm_bench beside the binary (`make build/bench/comm_bench`, or `make
 # test-build`; `make install` copies it), else exit 3 before anything runs.
 #SBATCH --job-name=check_cluster
 #SBATCH --time=00:10:00
 #SBATCH --output=%x-%j.out
 set -uo pipefail
+# The srun MPI plugin of this build's MPI: pmix (Open MPI), pmi2 (MPICH), cray_shasta (Cray MPICH).
+SRUN_MPI="${MNIST_DDP_SRUN_MPI:-pmix}"
 cd "${SLURM_SUBMIT_DIR:-.}" || exit 3
 WARN=0.8 CRIT=0.6 ROUNDS=2 STEPS=40 DATA=data/dataset DEVICE=cpu JSON="" OUTD="" BUDGET=60
 usage() { sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; }
@@ -82,7 +87,7 @@ for ((r = 1; r <= ROUNDS; r++)); do
     # Each measurement starts from an empty folder: a rerun in the same allocation (or --out) must
     # not meet the previous run's checkpoints, which mnist_ddp refuses to overwrite.
     rm -rf "$d"
-    timeout "$(left)" srun --mpi=pmix -N1 -n1 -w "$n" --exact "$BIN" "${RUN[@]}" --straggler-every 0 \
+    timeout "$(left)" srun --mpi="$SRUN_MPI" -N1 -n1 -w "$n" --exact "$BIN" "${RUN[@]}" --straggler-every 0 \
       --checkpoint-dir "$d/ckpt" --log-dir "$d" >"$d.out" 2>&1 &
   done
   wait
@@ -92,12 +97,15 @@ bus="-"
 rm -f "$OUTD/comm_bench.json"
 if ((${#NODES[@]} > 1)) && [[ -x "$COMM_BENCH" ]]; then
   # -n as well as -N: inside a batch job srun would otherwise start the job's task count.
-  timeout "$(left)" srun --mpi=pmix -N "${#NODES[@]}" -n "${#NODES[@]}" --ntasks-per-node=1 "$COMM_BENCH" \
-    --benchmark_filter='^BM_AllreduceMpi/4194304/' --benchmark_format=json >"$OUTD/comm_bench.json" 2>"$OUTD/comm_bench.err"
+  # Its last line checks every rank's result bit for bit against the exact sum of an integer
+  # pattern and names a rank (and host) that got a wrong one; the bandwidth goes to the JSON file.
+  timeout "$(left)" srun --mpi="$SRUN_MPI" -N "${#NODES[@]}" -n "${#NODES[@]}" --ntasks-per-node=1 "$COMM_BENCH" \
+    --benchmark_filter='^BM_AllreduceMpi/4194304/' --benchmark_out="$OUTD/comm_bench.json" \
+    --benchmark_out_format=json >"$OUTD/comm_bench.out" 2>"$OUTD/comm_bench.err"
 fi
 # 3. Every task of the allocation, with straggler detection (windows of 10 steps).
 rm -rf "$OUTD/all"
-timeout "$(left)" srun --mpi=pmix --kill-on-bad-exit=1 "$BIN" "${RUN[@]}" --straggler-every 10 --log-every 10 \
+timeout "$(left)" srun --mpi="$SRUN_MPI" --kill-on-bad-exit=1 "$BIN" "${RUN[@]}" --straggler-every 10 --log-every 10 \
   --checkpoint-dir "$OUTD/all/ckpt" --log-dir "$OUTD/all" >"$OUTD/all.out" 2>&1
 
 python3 - "$OUTD" "$JSON" "$WARN" "$CRIT" "$ROUNDS" "${NODES[@]}" <<'PY'
@@ -127,6 +135,19 @@ try:
     bus = {"busbw_GBps": b["busbw_GBps"], "algbw_GBps": b["algbw_GBps"], "bytes": 4 << 20}
 except Exception:
     bus = None
+# The all-reduce's result, checked on every rank: the hosts that got a wrong sum are CRITICAL
+# whatever their speed (silent corruption: NCCL's LL128 protocol on GH200, docs/gpu.md).
+import re
+wrong = {}
+try:
+    for line in open(f"{outd}/comm_bench.out"):
+        m = re.search(r"all-reduce result check: WRONG on rank (\d+) \(host ([^)]*)\): (.*)", line)
+        if m:
+            wrong[m.group(2)] = line.split(": ", 1)[1].strip()
+    result = "wrong" if wrong else ("exact" if "result check: exact" in open(f"{outd}/comm_bench.out").read() else None)
+except OSError:
+    result = None
+result_json = {"result": result, "wrong": wrong}
 # A node's score is believed below 1 only beyond 3x the noise of the other nodes: a node slowed
 # in bursts (a throttling CPU, a noisy neighbour) has erratic rounds of its own, which must not
 # raise the bar it is judged by. (Alone, a node has only its own.)
@@ -140,7 +161,9 @@ for n in nodes:
     s_all = together.get(n)
     scores = [s for s in (s_alone, s_all) if s is not None]
     score = min(scores) if scores else None
-    if score is None:
+    if n in wrong:
+        verdict, level = "CRITICAL (wrong all-reduce result)", 2
+    elif score is None:
         verdict, level = "FAILED (no measurement)", 2
     elif score < crit and score < believable[n]:
         verdict, level = "CRITICAL", 2
@@ -159,6 +182,8 @@ for r in sorted(rows, key=lambda r: (r["score"] if r["score"] is not None else -
           f"{fmt(r['together_score'], '%8.2f')}  {r['verdict']}")
 print("all-reduce between the nodes (4 MiB, one rank a node): " +
       (f"busbw {bus['busbw_GBps']:.2f} GB/s, algbw {bus['algbw_GBps']:.2f} GB/s" if bus else "not measured"))
+print("all-reduce result (every rank, bit for bit against the exact sum): " +
+      ("WRONG on " + "; ".join(f"{h} ({w})" for h, w in wrong.items()) if wrong else (result or "not checked")))
 print(f"noise: a node's rounds differed by up to {100 * noise:.1f}% ({rounds} rounds); thresholds: WARN < "
       f"{warn:.2f}, CRITICAL < {crit:.2f}, and only below 1 - 3 x the other nodes' noise ("
       + ", ".join(f"{n} {believable[n]:.2f}" for n in nodes) + ")")
@@ -169,7 +194,7 @@ if all(r["score"] is None for r in rows):
     sys.exit(3)
 bad = [r["node"] for r in rows if r["level"] == worst and worst > 0]
 status = ["OK", "WARN", "CRITICAL"][worst]
-json.dump({"nodes": rows, "allreduce": bus, "noise": noise, "thresholds": {"warn": warn, "critical": crit,
+json.dump({"nodes": rows, "allreduce": bus, "allreduce_result": result_json, "noise": noise, "thresholds": {"warn": warn, "critical": crit,
            "believable_below": believable}, "status": status, "slow_nodes": bad}, open(path, "w"), indent=1)
 print(f"check_cluster: {status}" + (f": {' '.join(bad)}" if bad else f": {len(nodes)} node(s) within the thresholds") +
       f" (JSON: {path})")

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # bench_smoke_test.sh — the benchmark binaries build and run (no timing is asserted here; timings
-# belong to `make bench`): comm_bench's all-reduce data check passes on 2 ranks, its hook
+# belong to `make bench`): comm_bench's all-reduce result check passes on 2 ranks and names the
+# rank of a wrong result, its hook
 # counters report each hook's bytes per step (PowerSGD's 6.8x cut), ops_bench's fused kernels and
 # oneDNN convolutions run (labelled with the kernels and the block), `make ARCH=` builds apart,
 # gpu_ops_bench says "no usable GPU" and exits 1 where there is none (it runs in tools/gpu-suite.sh).
@@ -23,10 +24,19 @@ ok = not errors and len(bw) == 2 and all(r["busbw_GBps"] > 0 for r in bw) and \
 print(("ok" if ok else "bad"), errors, {k: int(v) for k, v in hooks.items()})
 PY
 )
-if [[ $RC -eq 0 && "$counts" == ok* ]]; then
-  pass "comm_bench_runs_with_data_check_and_hook_bytes (${counts#ok })"
+if [[ $RC -eq 0 && "$counts" == ok* ]] && grep -q "^all-reduce result check: exact on all 2 rank(s)" "$OUT"; then
+  pass "comm_bench_runs_with_data_check_and_hook_bytes (${counts#ok }; $(grep -o 'exact on all .*' "$OUT"))"
 else
   fail "comm_bench rc=$RC $counts" "$(show)"
+fi
+# The result check catches a wrong sum on one rank (the test seam adds 1 to one element of rank
+# 1's result) and names that rank and its host: exit 1.
+run comm_bench_wrong 300 env MNIST_DDP_TEST_CORRUPT_ALLREDUCE=1 mpirun -np 2 "$CB" --benchmark_filter='AllreduceMpi/4096' --benchmark_color=false
+if [[ $RC -eq 1 ]] && grep -q "^all-reduce result check: WRONG on rank 1 (host $(hostname)): 50 of 51200 elements differ from the exact sum" "$OUT" &&
+   ! grep -q "WRONG on rank 0" "$OUT"; then
+  pass "comm_bench_names_the_rank_with_a_wrong_all_reduce_result ($(grep -o 'WRONG on rank 1 ([^)]*)' "$OUT"), exit 1)"
+else
+  fail "comm_bench_wrong rc=$RC" "$(show)"
 fi
 run ops_bench 300 "$OB" --benchmark_filter='BM_BnReluPool|BM_OneDnnConv|BM_Bf16Matmul|BM_ModelStep/2' --benchmark_min_time=0.01
 # The bf16 rows (--amp bf16's passes, the bf16 GEMM reference, the bf16 step): labelled with

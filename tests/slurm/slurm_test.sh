@@ -490,10 +490,23 @@ if [[ "$ok_exit" == 0 ]] && grep -q "^check_cluster: OK: 2 node(s) within the th
    [[ "$slow_exit" == 1 || "$slow_exit" == 2 ]] && grep -qE "^check_cluster: (WARN|CRITICAL): node2 \(JSON" "$OUT" &&
    grep -qE "^node2 +[0-9]+ +0\.[0-9]+ +0\.[0-5][0-9]  (WARN|CRITICAL)$" "$OUT" && grep -qE "^node1 .* OK$" "$OUT" &&
    grep -qE "^all-reduce between the nodes .*: busbw [0-9.]+ GB/s" <<<"$ok_table" &&
+   grep -q "^all-reduce result (every rank, bit for bit against the exact sum): exact" <<<"$ok_table" &&
    python3 -c "import json,sys; d=json.load(open(sys.argv[1])); sys.exit(0 if d['slow_nodes']==['node2'] else 1)" "$TMP/cc/check_cluster.json"; then
   pass "check_cluster_passes_a_healthy_allocation_and_names_the_slowed_node (exit $ok_exit, then $slow_exit: healthy $(grep -E '^node[12] ' <<<"$ok_table" | awk '{print $1, $3, $4}' | paste -sd ' '), $(grep -o 'noise: [^;]*' <<<"$ok_table"); $(grep -o 'busbw [0-9.]* GB/s' <<<"$ok_table"); slowed: $(grep -E '^node2 ' "$OUT" | tr -s ' '))"
 else
   fail "check_cluster ok_exit=$ok_exit slow_exit=$slow_exit" "--- healthy" "$ok_table" "--- node2 slowed" "$(cat "$OUT")"
+fi
+# A node whose all-reduce result is wrong (comm_bench's test seam: rank 1, node2, adds 1 to one
+# element of its sum) is CRITICAL and named, whatever its speed: exit 2.
+OUT="$TMP/cc_wrong.out"
+id=$(MNIST_DDP_TEST_CORRUPT_ALLREDUCE=1 sbatch --parsable -N2 --ntasks-per-node=4 -o "$OUT" slurm/check_cluster.sh --data "$SMALL" --steps 10 --rounds 1 --out "$TMP/ccw")
+STATE=$(job_wait "$id" 300) wrong_exit=$(exit_of "$id")
+if [[ "$wrong_exit" == 2 ]] && grep -qE "^node2 .*CRITICAL \(wrong all-reduce result\)$" "$OUT" &&
+   grep -q "^check_cluster: CRITICAL: node2 " "$OUT" && grep -q "^all-reduce result (every rank, bit for bit against the exact sum): WRONG on node2 (" "$OUT" &&
+   ! grep -qE "^node1 .*wrong" "$OUT"; then
+  pass "check_cluster_names_the_node_with_a_wrong_all_reduce_result (exit 2: $(grep -o 'WRONG on node2 ([^,]*' "$OUT"))"
+else
+  fail "check_cluster_wrong_result exit=$wrong_exit" "$(cat "$OUT")"
 fi
 export MNIST_DDP_CKPT="$TMP/st" MNIST_DDP_LOGS="$TMP/st-log"
 OUT="$TMP/straggler_job.out"
