@@ -138,7 +138,7 @@ GPU_OPS_BENCH_BIN := $(BUILD)/bench/gpu_ops_bench
 # cuDNN's algorithms timed per convolution: a CUDA program, built with the CUDA backend only.
 GPU_CONV_ALGOS_BIN := $(if $(filter 1,$(USE_CUDA)),$(BUILD)/bench/gpu_conv_algos)
 
-.PHONY: test-build lib-objs sanitize-build sanitize-build-asan sanitize-build-tsan fuzz-build all summary test test-only test-unit test-mpi test-e2e test-slurm test-numeric test-sanitize test-chaos fuzz bench bench-only run deps data clean format help bundle install uninstall
+.PHONY: test-build lib-objs sanitize-build sanitize-build-asan sanitize-build-tsan fuzz-build all summary test test-only test-unit test-mpi test-e2e test-slurm test-numeric test-aarch64 test-mpich test-sanitize test-chaos fuzz bench bench-only run deps data clean format help bundle install uninstall
 all: summary $(BIN)
 
 summary:
@@ -260,6 +260,21 @@ test-numeric: all $(UNIT_BIN) $(MPI_TEST_BIN)
 	 [[ "$$kernels" == native ]] && kernels=""; \
 	 echo "== numeric tests on kernels: $${kernels:-native}"; \
 	 env $$kernels tests/run_tests.sh numeric
+
+# aarch64 (GH200's Grace): cross-built against an arm64 Debian root and tested there under
+# qemu-user (tests/aarch64/run.sh; as root). The root is made once, kept in
+# /var/cache/mnist_ddp/arm64-root (MNIST_DDP_ARM64_ROOT).
+test-aarch64:
+	@tools/install-deps.sh --aarch64
+	@data/prepare.sh
+	@MAKEFLAGS= MFLAGS= tests/aarch64/run.sh
+# MPICH (the family of Cray MPICH, Intel MPI, MVAPICH): Debian's MPICH beside Open MPI, its own
+# tree build/mpich/, the unit and MPI suites and the end-to-end cases under mpiexec.hydra
+# (tests/mpich/run.sh).
+test-mpich:
+	@tools/install-deps.sh --mpich
+	@data/prepare.sh
+	@MAKEFLAGS= MFLAGS= tests/mpich/run.sh
 
 # The CPU configuration under the sanitizers (tests/run_sanitized.sh): ASan + UBSan + LSan on the
 # unit, MPI and end-to-end suites (build/asan), then ThreadSanitizer on the threaded paths
@@ -397,6 +412,8 @@ help:
 	@echo "make test-build  build all that make test runs, run nothing"
 	@echo "make test-unit | test-mpi | test-e2e  one layer of the suite (FILTER= narrows it)"
 	@echo "make test-slurm  the Slurm workflows on a real local 2-node Slurm (root)"
+	@echo "make test-aarch64   cross-build for aarch64 and run the suites there under qemu-user (root)"
+	@echo "make test-mpich     build with Debian's MPICH and run the suites under mpiexec.hydra"
 	@echo "make test-numeric  unit, MPI and oracle e2e tests on other kernel families (KERNELS='VAR=v ...' or native)"
 	@echo "make test-sanitize  unit, MPI and e2e suites under ASan + UBSan + LSan, threaded paths under TSan"
 	@echo "make test-chaos  20 training runs each hit by a random fault at a random moment (CHAOS_SEED, CHAOS_RUNS,"

@@ -45,7 +45,8 @@ shell() {
   local rc=$? ok bad
   # A script that paused CI's background build (pause_background, tests/e2e/lib.sh) and died
   # before resuming it must not leave it stopped: CI would wait for it forever.
-  [[ -n "${MNIST_DDP_PAUSE_PGID:-}" ]] && kill -CONT -- "-$MNIST_DDP_PAUSE_PGID" 2>/dev/null
+  local g
+  for g in ${MNIST_DDP_PAUSE_PGID:-}; do kill -CONT -- "-$g" 2>/dev/null; done
   ok=$(grep -c "^ok - " "$LOG/$name.log")
   bad=$(grep -c "^not ok - " "$LOG/$name.log")
   skip=$(grep -c "^skip - " "$LOG/$name.log")

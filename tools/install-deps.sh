@@ -6,11 +6,13 @@
 #            root the Slurm daemons).
 #   --build  only what compiles every tree, sanitizer and fuzz trees included (clang): CI installs
 #            these first and builds while the rest installs (`--tests` afterwards adds the rest).
+#   --aarch64  the cross compiler, qemu-user and mmdebstrap (`make test-aarch64`).
+#   --mpich  Debian's MPICH beside Open MPI (`make test-mpich`; Open MPI stays the default mpicxx).
 set -euo pipefail
 mode="${1:-}"
 case "$mode" in
-  "" | --tests | --build) ;;
-  *) echo "install-deps: unknown option '$mode' (use --tests, --build, or nothing)" >&2; exit 2 ;;
+  "" | --tests | --build | --aarch64 | --mpich) ;;
+  *) echo "install-deps: unknown option '$mode' (use --tests, --build, --aarch64, --mpich, or nothing)" >&2; exit 2 ;;
 esac
 
 BUILD_PACKAGES=(
@@ -48,6 +50,12 @@ if [[ "$mode" == --tests && $(id -u) -eq 0 && "${MNIST_DDP_SLURM_TESTS:-1}" != 0
 fi
 if [[ "$mode" == --build ]]; then
   PACKAGES=("${BUILD_PACKAGES[@]}" "${CLANG_PACKAGES[@]}")
+fi
+if [[ "$mode" == --aarch64 ]]; then
+  PACKAGES=(g++-aarch64-linux-gnu qemu-user-static binfmt-support mmdebstrap arch-test binutils)
+fi
+if [[ "$mode" == --mpich ]]; then
+  PACKAGES=("${BUILD_PACKAGES[@]}" mpich libmpich-dev)
 fi
 
 # No apt-get/dpkg (a RHEL-family login node, a site's own stack): nothing can be installed here;

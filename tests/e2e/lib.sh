@@ -60,12 +60,15 @@ run() {
 # case): a build waiting for every idle moment delays ranks' wake-ups by milliseconds, and in local
 # CI runs made a healthy run name a straggler and a healthy node score 0.78.
 pause_background() {
-  [[ -n "${MNIST_DDP_PAUSE_PGID:-}" ]] && kill -STOP -- "-$MNIST_DDP_PAUSE_PGID" 2>/dev/null &&
-    echo "(CI's background build, process group $MNIST_DDP_PAUSE_PGID, paused: $1)"
+  local g
+  [[ -n "${MNIST_DDP_PAUSE_PGID:-}" ]] || return 0
+  for g in $MNIST_DDP_PAUSE_PGID; do kill -STOP -- "-$g" 2>/dev/null; done
+  echo "(CI's background builds, process group(s) $MNIST_DDP_PAUSE_PGID, paused: $1)"
   return 0
 }
 resume_background() {
-  [[ -n "${MNIST_DDP_PAUSE_PGID:-}" ]] && kill -CONT -- "-$MNIST_DDP_PAUSE_PGID" 2>/dev/null
+  local g
+  for g in ${MNIST_DDP_PAUSE_PGID:-}; do kill -CONT -- "-$g" 2>/dev/null; done
   return 0
 }
 
