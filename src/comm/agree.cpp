@@ -82,7 +82,8 @@ std::vector<std::string> gather_strings(Comm& comm, const std::string& mine) {
   const std::uint64_t longest = *std::max_element(lengths.begin(), lengths.end());
   const std::size_t words = static_cast<std::size_t>((longest + 7) / 8);
   std::vector<std::uint64_t> send(words, 0), recv(words * n, 0);
-  std::memcpy(send.data(), mine.data(), mine.size());
+  // (Every string empty: no words, and memcpy must not see their null data.)
+  if (!mine.empty()) std::memcpy(send.data(), mine.data(), mine.size());
   // Collective: every rank's padded bytes.
   comm.allgather(std::span<const std::uint64_t>(send), recv);
   std::vector<std::string> out(n);
