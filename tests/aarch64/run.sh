@@ -22,15 +22,16 @@ if [[ $(id -u) -ne 0 ]]; then
   exit 0
 fi
 t0=$SECONDS
-ROOT="$(tests/aarch64/root.sh)" || { echo "aarch64: could not make the arm64 root"; exit 1; }
-# arm64 programs run through qemu-user: the kernel's binfmt_misc, the F flag (qemu opened at
-# registration, so it works inside the chroot without a copy of it there).
+# arm64 programs (mmdebstrap's maintainer scripts too) run through qemu-user: the kernel's
+# binfmt_misc, the F flag (qemu opened at registration, so it works inside the chroot without a
+# copy of it there). Registered before the root is made: a fresh machine may have neither.
 [[ -e /proc/sys/fs/binfmt_misc/status ]] || mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc
 [[ -e /proc/sys/fs/binfmt_misc/qemu-aarch64 ]] || update-binfmts --enable qemu-aarch64
 if [[ ! -e /proc/sys/fs/binfmt_misc/qemu-aarch64 ]]; then
   echo "aarch64: qemu-aarch64 is not registered with binfmt_misc (qemu-user-static installed?)"
   exit 1
 fi
+ROOT="$(tests/aarch64/root.sh)" || { echo "aarch64: could not make the arm64 root"; exit 1; }
 echo "== arm64 root $ROOT ready ($((SECONDS - t0)) s)"
 
 # The cross build: its own tree, build/aarch64/.
