@@ -68,9 +68,13 @@ struct ResultCheck {
   float got = 0, want = 0;
 };
 ResultCheck g_check;
+// The test seam's rank; -1 when unset or not a rank number (atoi would read "x" as rank 0).
 int corrupt_rank() {
   const char* v = std::getenv("MNIST_DDP_TEST_CORRUPT_ALLREDUCE");
-  return v != nullptr ? std::atoi(v) : -1;
+  if (v == nullptr || *v == '\0') return -1;
+  char* end = nullptr;
+  const long r = std::strtol(v, &end, 10);
+  return *end == '\0' && r >= 0 && r < (1L << 20) ? static_cast<int>(r) : -1;
 }
 // Compares x (an all-reduce sum of fill_pattern over `world` ranks) with the exact sums, bit for
 // bit; the test seam first makes this rank's result wrong in its middle element.
@@ -307,9 +311,15 @@ class SilentReporter : public benchmark::BenchmarkReporter {
 
 int main(int argc, char** argv) {
   mpi_init(&argc, &argv);
-  bool to_file = false;  // --benchmark_out=FILE given (Initialize removes it from argv)
-  for (int i = 1; i < argc; ++i)
-    to_file = to_file || std::string(argv[i]).rfind("--benchmark_out=", 0) == 0;
+  int me = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &me);
+  // Ranks other than 0 drop --benchmark_out*: the file is rank 0's results, never another's.
+  if (me != 0) {
+    int kept = 1;
+    for (int i = 1; i < argc; ++i)
+      if (std::string(argv[i]).rfind("--benchmark_out", 0) != 0) argv[kept++] = argv[i];
+    argc = kept;
+  }
   benchmark::Initialize(&argc, argv);
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -337,13 +347,7 @@ int main(int argc, char** argv) {
     if (rank == 0) {
       benchmark::RunSpecifiedBenchmarks();
     } else {
-      // Silent for --benchmark_out too: the file is rank 0's results, not the last rank's (the
-      // library refuses a file reporter without the flag).
-      if (to_file) {
-        benchmark::RunSpecifiedBenchmarks(&silent, &silent);
-      } else {
-        benchmark::RunSpecifiedBenchmarks(&silent);
-      }
+      benchmark::RunSpecifiedBenchmarks(&silent);
     }
     benchmark::Shutdown();
     code = report_result_check();  // collective

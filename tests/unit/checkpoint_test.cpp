@@ -638,7 +638,8 @@ TEST_F(CheckpointTest, ResolverChoosesTheFileAndSaysWhy) {
   ASSERT_TRUE(newest.state.has_value());  // auto loads each candidate while choosing
   EXPECT_EQ(newest.state->step, 10);
   ASSERT_EQ(newest.warnings.size(), 1u);
-  EXPECT_NE(newest.warnings[0].find("skipping damaged checkpoint: checkpoint " + c20), std::string::npos)
+  EXPECT_NE(newest.warnings[0].find("skipping damaged checkpoint: checkpoint " + c20),
+            std::string::npos)
       << newest.warnings[0];
   expect_error([&] { resolve_checkpoint("best", dir, layout_, "--eval-only --resume", false); },
                "--eval-only --resume best: --checkpoint-dir " + dir,
