@@ -47,7 +47,7 @@ struct DeviceVec {
 
 // The ops and every buffer of one step's worth of shapes, made once (cuDNN plans included).
 struct Bench {
-  std::unique_ptr<Ops> ops = make_cuda_ops(true);
+  std::unique_ptr<Ops> ops = make_cuda_ops({});
   // Layer 1: x1[N][1][28][28] -> c1[N][16][28][28] -> p1[N][16][14][14].
   DeviceVec x1{*ops, static_cast<std::size_t>(kBatch) * 784, 1};
   DeviceVec w1{*ops, 16 * 25, 2}, b1{*ops, 16, 3}, dw1{*ops, 16 * 25, 4}, db1{*ops, 16, 5};

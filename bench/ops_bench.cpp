@@ -210,7 +210,8 @@ struct ConvBuffers {
 // runs (the BM_Conv* above are the reference im2col + OpenBLAS kernels).
 // Args: layer (1|2), direction (0 forward, 1 backward-filter, 2 backward-data; layer 2 only).
 void BM_OneDnnConv(benchmark::State& st) {
-  auto ops = mnist_ddp::make_ops(mnist_ddp::Device::Cpu, mnist_ddp::CpuKernels::OneDnn);
+  auto ops =
+      mnist_ddp::make_ops(mnist_ddp::Device::Cpu, {.cpu_kernels = mnist_ddp::CpuKernels::OneDnn});
   const ConvGeom g = geom(static_cast<int>(st.range(0)), 0);
   const int dir = static_cast<int>(st.range(1));
   ConvBuffers m(g);
@@ -305,9 +306,9 @@ BENCHMARK(BM_OneDnnConvBf16)
 // each CPU backend: this is the benchmark behind choosing oneDNN over im2col + OpenBLAS.
 // Arg: 0 = oneDNN, 1 = reference, 2 = oneDNN under --amp bf16 (skipped without bf16 units).
 void BM_ModelStep(benchmark::State& st) {
-  auto ops = mnist_ddp::make_ops(mnist_ddp::Device::Cpu, st.range(0) == 1
-                                                             ? mnist_ddp::CpuKernels::Reference
-                                                             : mnist_ddp::CpuKernels::OneDnn);
+  auto ops = mnist_ddp::make_ops(mnist_ddp::Device::Cpu,
+                                 {.cpu_kernels = st.range(0) == 1 ? mnist_ddp::CpuKernels::Reference
+                                                                  : mnist_ddp::CpuKernels::OneDnn});
   st.SetLabel(st.range(0) == 0 ? "onednn" : st.range(0) == 1 ? "reference" : "onednn bf16");
   if (st.range(0) == 2) {
     if (mnist_ddp::bf16::cpu_units() == mnist_ddp::bf16::Units::None) {

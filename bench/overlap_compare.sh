@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # overlap_compare.sh — how much gradient communication backward hides, per engine, measured in
-# one run: --no-overlap (one all-reduce after backward), --overlap-engine test (MPI_Iallreduce +
+# one run: --no-overlap (one all-reduce after backward), --overlap-engine poll (MPI_Iallreduce +
 # MPI_Test from backward) and --overlap-engine thread (a communication thread). Each mode runs
 # REPEATS times (default 3) for EPOCHS epochs (default 2) on RANKS ranks (default 2); prints the
 # median per-epoch exposed communication (ms the step waited after backward), in-flight time and
@@ -12,7 +12,7 @@ OUTD="${OUT:-bench/results}/overlap"
 rm -rf "$OUTD" && mkdir -p "$OUTD"
 # shellcheck source=/dev/null
 source tests/mpi_env.sh
-modes=("no_overlap:--no-overlap" "test:--overlap-engine test" "thread:--overlap-engine thread")
+modes=("no_overlap:--no-overlap" "poll:--overlap-engine poll" "thread:--overlap-engine thread")
 for ((i = 0; i < REPEATS; i++)); do
   for m in "${modes[@]}"; do
     name=${m%%:*}

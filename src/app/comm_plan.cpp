@@ -9,11 +9,12 @@ CommPlan plan_communication(const Config& cfg, Device device, int world_size) {
   CommPlan p;
   if (device == Device::Cpu) {
     p.gradients = GradientComm::Mpi;
-    p.local_sgd = cfg.local_sgd_start >= 0 ? LocalSgdComm::MpiGroup : LocalSgdComm::None;
+    p.local_sgd =
+        cfg.train.gradients.local_sgd.start >= 0 ? LocalSgdComm::MpiGroup : LocalSgdComm::None;
     if (cfg.overlap_engine == OverlapEngine::Thread) {
-      if (cfg.no_overlap) {
+      if (!cfg.train.gradients.overlap) {
         p.why_no_thread = "--no-overlap reduces after backward, on the training thread";
-      } else if (is_powersgd(cfg.compression)) {
+      } else if (is_powersgd(cfg.train.gradients.compression)) {
         p.why_no_thread =
             "PowerSGD compresses and reduces whole buckets after backward on the training thread";
       } else {
@@ -23,13 +24,14 @@ CommPlan plan_communication(const Config& cfg, Device device, int world_size) {
     return p;  // graphs are the GPU's
   }
   p.gradients = cfg.comm == CommChoice::Mpi ? GradientComm::HostStagedMpi : GradientComm::Nccl;
-  p.local_sgd = cfg.local_sgd_start >= 0 ? LocalSgdComm::NcclGroup : LocalSgdComm::None;
+  p.local_sgd =
+      cfg.train.gradients.local_sgd.start >= 0 ? LocalSgdComm::NcclGroup : LocalSgdComm::None;
   if (!cfg.cuda_graphs) return p;
-  if (cfg.sync_bn) {
+  if (cfg.train.gradients.sync_bn) {
     p.why_no_graphs =
         "--sync-bn exchanges BN statistics through the host inside the step (a step's "
         "collectives differ from step to step or need the host)";
-  } else if (cfg.local_sgd_start >= 0) {
+  } else if (cfg.train.gradients.local_sgd.start >= 0) {
     p.why_no_graphs =
         "post-local SGD switches groups and averages parameters every period (a step's "
         "collectives differ from step to step or need the host)";

@@ -39,13 +39,13 @@ std::string stored_config_toml(const Config& cfg, const std::string& given) {
   auto ops = make_cpu_ops();  // the layout is the same on every device
   const ConvNet model(*ops, 1);
   const CheckpointLayout layout = checkpoint_layout(model);
-  const ResolvedCheckpoint r =
-      resolve_checkpoint(cfg.resume, cfg.checkpoint_dir, layout, "--write-config --resume", true);
+  const ResolvedCheckpoint r = resolve_checkpoint(cfg.resume, cfg.train.checkpoint.dir, layout,
+                                                  "--write-config --resume", true);
   for (const auto& w : r.warnings) std::fprintf(stderr, "mnist_ddp: warning: %s\n", w.c_str());
   if (!r.state) {
     // As a run with --resume auto starts fresh there (the Slurm scripts always pass it).
     return fmt::format("# --resume auto: no checkpoint in {} yet: this run's configuration.\n",
-                       cfg.checkpoint_dir) +
+                       cfg.train.checkpoint.dir) +
            config_toml(cfg);
   }
   const std::string& path = r.path;

@@ -33,15 +33,16 @@ std::string communication(const Config& cfg, const CommPlan& plan, int world) {
       break;
   }
   if (world == 1) out += " (one rank: nothing crosses ranks)";
-  out += cfg.no_overlap ? ", once after backward (--no-overlap)"
-                        : fmt::format(", in {} KiB buckets during backward", cfg.bucket_cap_kb);
+  out += !cfg.train.gradients.overlap ? ", once after backward (--no-overlap)"
+                                      : fmt::format(", in {} KiB buckets during backward",
+                                                    cfg.train.gradients.bucket_cap_kb);
   if (plan.thread_engine) out += ", on a communication thread";
   if (!plan.why_no_thread.empty()) out += "; no communication thread: " + plan.why_no_thread;
   if (plan.local_sgd != LocalSgdComm::None) {
     out += fmt::format(
         "; post-local SGD from step {} (node-local groups, a global average "
         "every {} steps)",
-        cfg.local_sgd_start, cfg.local_sgd_period);
+        cfg.train.gradients.local_sgd.start, cfg.train.gradients.local_sgd.period);
   }
   if (plan.graphs) out += "; each step a CUDA graph";
   if (!plan.why_no_graphs.empty()) out += "; CUDA graphs off: " + plan.why_no_graphs;
@@ -69,7 +70,7 @@ RunShape run_shape(const Identity& id, const Placement& where, const Trainer& tr
 std::vector<std::int64_t> planned_checkpoint_steps(const Config& cfg, const RunShape& run) {
   std::set<std::int64_t> steps;
   for (std::int64_t s = run.first_step + 1; s <= run.total_steps; ++s) {
-    const bool every = cfg.checkpoint_every > 0 && s % cfg.checkpoint_every == 0;
+    const bool every = cfg.train.checkpoint.every > 0 && s % cfg.train.checkpoint.every == 0;
     const bool epoch_end = run.steps_per_epoch > 0 && s % run.steps_per_epoch == 0;
     if (every || epoch_end || s == run.total_steps) steps.insert(s);
   }
@@ -80,41 +81,48 @@ std::vector<std::string> dry_run_plan(const Config& cfg, const RunShape& run,
                                       const CommPlan& plan) {
   std::vector<std::string> lines;
   const std::int64_t steps = std::max<std::int64_t>(run.total_steps - run.first_step, 0);
-  const std::int64_t global_batch =
-      static_cast<std::int64_t>(cfg.batch_size) * cfg.accumulate * run.world;
-  const bool capped = run.total_steps < run.steps_per_epoch * cfg.epochs;
+  const std::int64_t global_batch = static_cast<std::int64_t>(cfg.train.schedule.batch_size) *
+                                    cfg.train.schedule.accumulate * run.world;
+  const bool capped = run.total_steps < run.steps_per_epoch * cfg.train.schedule.epochs;
   if (cfg.eval_only) {
     lines.push_back(fmt::format(
         "plan: evaluate the --resume checkpoint on the {} test images, {} per rank per batch, on "
         "{} rank(s); nothing trained",
-        run.test_images, cfg.eval_batch_size, run.world));
+        run.test_images, cfg.train.schedule.eval_batch_size, run.world));
   } else {
     lines.push_back(fmt::format(
         "plan: {} step(s), {} to {} ({} epoch(s) x {} steps/epoch{}){}", steps, run.first_step + 1,
-        run.total_steps, cfg.epochs, run.steps_per_epoch, capped ? ", capped by --max-steps" : "",
+        run.total_steps, cfg.train.schedule.epochs, run.steps_per_epoch,
+        capped ? ", capped by --max-steps" : "",
         run.first_step > 0 ? fmt::format(", continuing from step {}", run.first_step) : ""));
     lines.push_back(fmt::format(
         "plan: each step {} image(s) per rank{} = {} globally on {} rank(s) ({} node(s), device "
         "{}); {} batch(es) per rank per epoch, {} training images",
-        cfg.batch_size,
-        cfg.accumulate > 1 ? fmt::format(" x {} micro-batches", cfg.accumulate) : "", global_batch,
-        run.world, run.nodes, run.device, run.steps_per_epoch * cfg.accumulate, run.train_images));
+        cfg.train.schedule.batch_size,
+        cfg.train.schedule.accumulate > 1
+            ? fmt::format(" x {} micro-batches", cfg.train.schedule.accumulate)
+            : "",
+        global_batch, run.world, run.nodes, run.device,
+        run.steps_per_epoch * cfg.train.schedule.accumulate, run.train_images));
     lines.push_back(fmt::format(
         "plan: evaluation on the {} test images {}", run.test_images,
-        cfg.eval_every > 0 ? fmt::format("every {} steps and at each epoch's end", cfg.eval_every)
-                           : "at each epoch's end"));
+        cfg.train.cadence.eval_every > 0
+            ? fmt::format("every {} steps and at each epoch's end", cfg.train.cadence.eval_every)
+            : "at each epoch's end"));
     const std::vector<std::int64_t> at = planned_checkpoint_steps(cfg, run);
     std::string which;
     for (std::size_t i = 0; i < at.size() && i < 6; ++i) which += fmt::format(" {}", at[i]);
     if (at.size() > 6) which += fmt::format(" ... {}", at.back());
     lines.push_back(fmt::format(
         "plan: {} checkpoint(s) into {} (steps{}; {}{}), keeping the newest {}{}", at.size(),
-        absolute(cfg.checkpoint_dir), which.empty() ? " none" : which,
-        cfg.checkpoint_every > 0 ? fmt::format("every {} steps, ", cfg.checkpoint_every) : "",
-        "each epoch's end and the last step", cfg.keep,
-        cfg.keep_best ? " and the best by test top-1 as ckpt-best.h5 (written at each new best "
-                        "evaluation)"
-                      : ""));
+        absolute(cfg.train.checkpoint.dir), which.empty() ? " none" : which,
+        cfg.train.checkpoint.every > 0 ? fmt::format("every {} steps, ", cfg.train.checkpoint.every)
+                                       : "",
+        "each epoch's end and the last step", cfg.train.checkpoint.keep,
+        cfg.train.checkpoint.keep_best
+            ? " and the best by test top-1 as ckpt-best.h5 (written at each new best "
+              "evaluation)"
+            : ""));
   }
   lines.push_back(fmt::format("plan: communication: {}", communication(cfg, plan, run.world)));
   std::string outputs = fmt::format("plan: outputs: log {}, metrics {}", absolute(run.log_path),

@@ -34,19 +34,21 @@ const FlagRule kFlagRules[] = {
            : cfg.print_env           ? "--print-env"
                                      : "--verify-checkpoints");
      }},
-    {[](const Config& cfg) { return cfg.gpu_kernels == GpuKernels::Own && !cfg.tf32; },
+    {[](const Config& cfg) {
+       return cfg.backend.gpu_kernels == GpuKernels::Own && !cfg.backend.tf32;
+     },
      [](const Config& cfg) -> std::string {
        return "--gpu-kernels own runs layer2's weight gradient on TF32 tensor cores, which "
               "--tf32 off forbids: drop --tf32 off, or use --gpu-kernels cudnn for full FP32";
      }},
     {[](const Config& cfg) {
-       return cfg.gpu_kernels == GpuKernels::Own && cfg.amp != AmpMode::Off;
+       return cfg.backend.gpu_kernels == GpuKernels::Own && cfg.train.gradients.amp != AmpMode::Off;
      },
      [](const Config& cfg) -> std::string {
        return fmt::format(
            "--gpu-kernels own is an FP32/TF32 kernel; with --amp {} the convolutions run on "
            "cuDNN's 16-bit kernels: drop --amp, or drop --gpu-kernels own",
-           name_in(kAmpModeNames, cfg.amp));
+           name_in(kAmpModeNames, cfg.train.gradients.amp));
      }},
     {[](const Config& cfg) { return cfg.clear_logs && cfg.resume != "none"; },
      [](const Config& cfg) -> std::string {
@@ -56,7 +58,7 @@ const FlagRule kFlagRules[] = {
            "--log-dir)",
            cfg.resume);
      }},
-    {[](const Config& cfg) { return cfg.keep_best && cfg.eval_only; },
+    {[](const Config& cfg) { return cfg.train.checkpoint.keep_best && cfg.eval_only; },
      [](const Config& cfg) -> std::string {
        return "--keep-best keeps a training run's best checkpoint; --eval-only trains nothing: "
               "drop --keep-best (--eval-only --resume best evaluates the kept one)";
@@ -76,7 +78,7 @@ const FlagRule kFlagRules[] = {
        return "--eval-only evaluates a checkpoint: give it one with --resume PATH (or --resume "
               "auto to take the newest in --checkpoint-dir)";
      }},
-    {[](const Config& cfg) { return cfg.flight_dump_signal == cfg.requeue_signal; },
+    {[](const Config& cfg) { return cfg.flight_dump_signal == cfg.train.stop.requeue_signal; },
      [](const Config& cfg) -> std::string {
        return fmt::format(
            "--flight-dump-signal {0} and --requeue-signal {0}: one signal cannot both dump the "
@@ -96,36 +98,35 @@ const FlagRule kFlagRules[] = {
      [](const Config& cfg) -> std::string {
        return "--trace-steps bounds the timeline of --trace FILE: add --trace FILE";
      }},
-    {[](const Config& cfg) { return cfg.debug_desync_rank >= 0 && !cfg.debug_collectives; },
+    {[](const Config& cfg) { return cfg.train.seams.desync_rank >= 0 && !cfg.debug_collectives; },
      [](const Config& cfg) -> std::string {
        return "--debug-desync-rank makes the ranks' collectives disagree, which only "
               "--debug-collectives catches (without it MPI's behaviour is undefined): add "
               "--debug-collectives";
      }},
-    {[](const Config& cfg) { return !cfg.debug_slow.empty() && !parse_debug_slow(cfg.debug_slow); },
-     [](const Config& cfg) -> std::string {
-       return fmt::format(
-           "--debug-slow {}: give RANK:PHASE:MS, e.g. 1:backward:200 (PHASE: data, forward, "
-           "backward or optimizer; MS > 0)",
-           cfg.debug_slow);
-     }},
-    {[](const Config& cfg) { return cfg.accumulate > 1 && cfg.eval_only; },
+    {[](const Config& cfg) { return cfg.train.schedule.accumulate > 1 && cfg.eval_only; },
      [](const Config& cfg) -> std::string {
        return fmt::format(
            "--accumulate {} shapes training steps; --eval-only trains nothing: drop one of them",
-           cfg.accumulate);
+           cfg.train.schedule.accumulate);
      }},
     {[](const Config& cfg) {
-       return static_cast<std::int64_t>(cfg.batch_size) * cfg.accumulate > (std::int64_t{1} << 24);
+       return static_cast<std::int64_t>(cfg.train.schedule.batch_size) *
+                  cfg.train.schedule.accumulate >
+              (std::int64_t{1} << 24);
      },
      [](const Config& cfg) -> std::string {
        return fmt::format(
            "--batch-size {} x --accumulate {} = {} images per rank per step is more than any "
            "dataset holds (at most 16777216); lower one of them",
-           cfg.batch_size, cfg.accumulate,
-           static_cast<std::int64_t>(cfg.batch_size) * cfg.accumulate);
+           cfg.train.schedule.batch_size, cfg.train.schedule.accumulate,
+           static_cast<std::int64_t>(cfg.train.schedule.batch_size) *
+               cfg.train.schedule.accumulate);
      }},
-    {[](const Config& cfg) { return cfg.nesterov && (cfg.momentum <= 0 || cfg.dampening != 0); },
+    {[](const Config& cfg) {
+       return cfg.train.optimizer.sgd.nesterov &&
+              (cfg.train.optimizer.sgd.momentum <= 0 || cfg.train.optimizer.sgd.dampening != 0);
+     },
      [](const Config& cfg) -> std::string {
        return "--nesterov needs --momentum > 0 and --dampening 0 (as torch.optim.SGD)";
      }},
@@ -143,30 +144,30 @@ struct DeviceFlagRule {
 
 const DeviceFlagRule kDeviceFlagRules[] = {
     {[](const Config& cfg, Device device, bool thread_multiple) {
-       return device == Device::Cuda && is_powersgd(cfg.compression);
+       return device == Device::Cuda && is_powersgd(cfg.train.gradients.compression);
      },
      [](const Config& cfg, Device device) -> std::string {
        return fmt::format(
            "--compression {}: PowerSGD runs on the CPU backend only in this version; use --device "
            "cpu, or --compression none|fp16|bf16 on the GPU",
-           to_string(cfg.compression));
+           to_string(cfg.train.gradients.compression));
      }},
     {[](const Config& cfg, Device device, bool thread_multiple) {
-       return device == Device::Cuda && cfg.compression != Compression::None &&
+       return device == Device::Cuda && cfg.train.gradients.compression != Compression::None &&
               cfg.comm == CommChoice::Mpi;
      },
      [](const Config& cfg, Device device) -> std::string {
        return fmt::format(
            "--compression {} with --comm mpi on a GPU: the GPU hooks encode and sum on NCCL's "
            "stream; use --comm nccl (one GPU per rank), or --compression none",
-           to_string(cfg.compression));
+           to_string(cfg.train.gradients.compression));
      }},
     {[](const Config& cfg, Device device, bool thread_multiple) {
        return cfg.overlap_engine == OverlapEngine::Thread && !thread_multiple;
      },
      [](const Config& cfg, Device device) -> std::string {
        return "--overlap-engine thread: this MPI library does not provide MPI_THREAD_MULTIPLE; use "
-              "--overlap-engine test";
+              "--overlap-engine poll";
      }},
     {[](const Config& cfg, Device device, bool thread_multiple) {
        return cfg.overlap_engine == OverlapEngine::Thread && device == Device::Cuda;
@@ -176,14 +177,15 @@ const DeviceFlagRule kDeviceFlagRules[] = {
               "the bucket all-reduces overlap backward on NCCL's own stream (drop the flag)";
      }},
     {[](const Config& cfg, Device device, bool thread_multiple) {
-       return cfg.overlap_engine == OverlapEngine::Thread && cfg.local_sgd_start >= 0;
+       return cfg.overlap_engine == OverlapEngine::Thread &&
+              cfg.train.gradients.local_sgd.start >= 0;
      },
      [](const Config& cfg, Device device) -> std::string {
        return "--overlap-engine thread with --local-sgd-start: the communication thread reduces "
-              "over the whole job only; use --overlap-engine test for post-local SGD";
+              "over the whole job only; use --overlap-engine poll for post-local SGD";
      }},
     {[](const Config& cfg, Device device, bool thread_multiple) {
-       return cfg.gpu_kernels == GpuKernels::Own && device == Device::Cpu;
+       return cfg.backend.gpu_kernels == GpuKernels::Own && device == Device::Cpu;
      },
      [](const Config& cfg, Device device) -> std::string {
        return fmt::format(
@@ -192,7 +194,7 @@ const DeviceFlagRule kDeviceFlagRules[] = {
            why_cpu(cfg));
      }},
     {[](const Config& cfg, Device device, bool thread_multiple) {
-       return cfg.amp == AmpMode::Fp16 && device == Device::Cpu;
+       return cfg.train.gradients.amp == AmpMode::Fp16 && device == Device::Cpu;
      },
      [](const Config& cfg, Device device) -> std::string {
        return fmt::format(
@@ -201,28 +203,30 @@ const DeviceFlagRule kDeviceFlagRules[] = {
            why_cpu(cfg));
      }},
     {[](const Config& cfg, Device device, bool thread_multiple) {
-       return cfg.amp == AmpMode::Bf16 && device == Device::Cpu &&
-              cfg.cpu_kernels == CpuKernels::Reference;
+       return cfg.train.gradients.amp == AmpMode::Bf16 && device == Device::Cpu &&
+              cfg.backend.cpu_kernels == CpuKernels::Reference;
      },
      [](const Config& cfg, Device device) -> std::string {
        return "--amp bf16 on the CPU runs on oneDNN's bf16 kernels; drop --cpu-kernels reference "
               "(or drop --amp)";
      }},
     {[](const Config& cfg, Device device, bool thread_multiple) {
-       return cfg.local_sgd_start >= 0 && device == Device::Cuda && cfg.comm == CommChoice::Mpi;
+       return cfg.train.gradients.local_sgd.start >= 0 && device == Device::Cuda &&
+              cfg.comm == CommChoice::Mpi;
      },
      [](const Config& cfg, Device device) -> std::string {
        return "--local-sgd-start with --comm mpi on a GPU: the node-local groups are NCCL "
               "communicators; use --comm nccl (one GPU per rank)";
      }},
     {[](const Config& cfg, Device device, bool thread_multiple) {
-       return cfg.local_sgd_start >= 0 && cfg.compression != Compression::None;
+       return cfg.train.gradients.local_sgd.start >= 0 &&
+              cfg.train.gradients.compression != Compression::None;
      },
      [](const Config& cfg, Device device) -> std::string {
        return fmt::format(
            "--local-sgd-start with --compression {}: post-local SGD uses the plain all-reduce (as "
            "PyTorch's post_localSGD_hook); drop one of the two",
-           to_string(cfg.compression));
+           to_string(cfg.train.gradients.compression));
      }},
     {[](const Config& cfg, Device device, bool thread_multiple) {
        return device == Device::Cpu && cfg.comm == CommChoice::Nccl;

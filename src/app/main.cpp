@@ -6,7 +6,6 @@
 #include "mnist_ddp/app/communicators.hpp"
 #include "mnist_ddp/app/dry_run.hpp"
 #include "mnist_ddp/app/resume.hpp"
-#include "mnist_ddp/app/run_options.hpp"
 #include "mnist_ddp/app/setup.hpp"
 #include "mnist_ddp/app/train_and_report.hpp"
 #include "mnist_ddp/checkpoint/dir_lock.hpp"
@@ -40,7 +39,8 @@ int run(int argc, char** argv, int rank, int world, const MpiLocality& locality,
   flight.clear_earlier_dump();
   const Placement where = place(comms.control(), cfg, *id, host);
   if (cfg.print_env) return print_env(*id, where, host);
-  if (cfg.verify_checkpoints) return verify_checkpoint_dir(comms.control(), cfg.checkpoint_dir);
+  if (cfg.verify_checkpoints)
+    return verify_checkpoint_dir(comms.control(), cfg.train.checkpoint.dir);
   announce(where, rank);
   flight.set_hosts(where.ranks);  // a dump names every rank's host, a silent peer's included
   const std::unique_ptr<Logger> log = open_log(comms.control(), cfg, *id, logs);
@@ -48,16 +48,16 @@ int run(int argc, char** argv, int rank, int world, const MpiLocality& locality,
   DataSplit data = load_data(comms.control(), cfg, *id, where, *log);
   if (where.plan.nccl()) comms.open_nccl();  // collective: NCCL's id travels by MPI
   const std::unique_ptr<Ops> ops = make_device_ops(comms, cfg, where, data);
-  ConvNet model(*ops, std::max(cfg.batch_size, cfg.eval_batch_size));
-  if (rank == 0) model.init(cfg.seed);
+  ConvNet model(*ops, std::max(cfg.train.schedule.batch_size, cfg.train.schedule.eval_batch_size));
+  if (rank == 0) model.init(cfg.train.schedule.seed);
   broadcast_model(comms.data(), model, comms.control());  // collective: rank 0's weights
   open_extra_communicators(comms, cfg, *id, where, *ops, *log);
   const std::unique_ptr<StampClock> clock = ops->make_stamp_clock();
   Tracer tracer(*clock, !cfg.trace.empty(),
                 parse_trace_window(cfg.trace_steps).value_or(TraceWindow{}));
   const std::string stored_config = config_json(cfg);  // what checkpoints and the trace record
-  Trainer trainer(train_options(cfg), stored_config, comms.for_trainer(where.plan), *ops, model,
-                  data, *log, &tracer);
+  Trainer trainer(cfg.train, stored_config, comms.for_trainer(where.plan), *ops, model, data, *log,
+                  &tracer);
   trainer.watch_stragglers(where.ranks);
   const StartState start = restore_start_state(comms.control(), cfg, data, model, trainer, *log);
   // Collective: another run's files this run would overwrite (training runs only).

@@ -55,8 +55,8 @@ void warn_about_input(const InputRecord& in, const std::string& path, const Data
 void check_checkpoint_names(Comm& control, const Config& cfg, const Trainer& trainer) {
   run_agreed(control, [&] {
     if (control.rank() != 0) return;
-    const auto in_the_way =
-        checkpoints_in_the_way(cfg.checkpoint_dir, trainer.run_id(), trainer.step(), cfg.keep_best);
+    const auto in_the_way = checkpoints_in_the_way(cfg.train.checkpoint.dir, trainer.run_id(),
+                                                   trainer.step(), cfg.train.checkpoint.keep_best);
     if (in_the_way.empty()) return;
     std::string listed;
     for (std::size_t i = 0; i < in_the_way.size() && i < 4; ++i)
@@ -66,7 +66,7 @@ void check_checkpoint_names(Comm& control, const Config& cfg, const Trainer& tra
         "--checkpoint-dir {} holds {} checkpoint(s) of another run that this run (run id {}, "
         "from step {}) would overwrite: {}. To continue that run pass --resume auto; to keep "
         "both, pass another --checkpoint-dir (or move those files away)",
-        cfg.checkpoint_dir, in_the_way.size(), trainer.run_id(), trainer.step(), listed));
+        cfg.train.checkpoint.dir, in_the_way.size(), trainer.run_id(), trainer.step(), listed));
   });
 }
 
@@ -77,9 +77,7 @@ void warn_about_changed_settings(const std::string& stored_json, const Config& c
   const nlohmann::json now = nlohmann::json::parse(config_json(cfg));
   std::string changed;
   int n = 0;
-  for (const char* key :
-       {"batch_size", "accumulate", "seed", "lr", "lr_schedule", "lr_step_size", "lr_gamma",
-        "warmup_steps", "min_lr", "momentum", "dampening", "weight_decay", "nesterov", "amp"}) {
+  for (const std::string& key : settings_compared_on_resume()) {
     if (!stored.contains(key) || stored[key] == now[key]) continue;
     std::string flag = key;
     std::replace(flag.begin(), flag.end(), '_', '-');
@@ -105,14 +103,14 @@ ModelWeights read_start_model(const Config& cfg, const CheckpointLayout& layout,
                               const DataSplit& data, Logger& log) {
   const auto warn = [&](const std::string& w) { log.warn(w); };
   const ResolvedCheckpoint r =
-      resolve_checkpoint(cfg.eval_only ? cfg.resume : cfg.init_weights, cfg.checkpoint_dir, layout,
-                         start_flag(cfg), false);
+      resolve_checkpoint(cfg.eval_only ? cfg.resume : cfg.init_weights, cfg.train.checkpoint.dir,
+                         layout, start_flag(cfg), false);
   for (const auto& w : r.warnings) warn(w);
   if (r.path.empty()) {
-    throw UserError(
-        fmt::format("{} auto: no checkpoint in {} to {}; pass --checkpoint-dir DIR or {} PATH",
-                    start_flag(cfg), cfg.checkpoint_dir, cfg.eval_only ? "evaluate" : "start from",
-                    cfg.eval_only ? "--resume" : "--init-weights"));
+    throw UserError(fmt::format(
+        "{} auto: no checkpoint in {} to {}; pass --checkpoint-dir DIR or {} PATH", start_flag(cfg),
+        cfg.train.checkpoint.dir, cfg.eval_only ? "evaluate" : "start from",
+        cfg.eval_only ? "--resume" : "--init-weights"));
   }
   ModelWeights weights = load_model_weights(r.path, layout);
   log.info(fmt::format("{}: {} (the model of step {}{})",
@@ -130,10 +128,10 @@ std::optional<TrainingState> read_training_state(const Config& cfg, const Checkp
   if (cfg.resume == "none") return std::nullopt;
   const auto warn = [&](const std::string& w) { log.warn(w); };
   ResolvedCheckpoint r =
-      resolve_checkpoint(cfg.resume, cfg.checkpoint_dir, layout, "--resume", true);
+      resolve_checkpoint(cfg.resume, cfg.train.checkpoint.dir, layout, "--resume", true);
   for (const auto& w : r.warnings) warn(w);
   if (!r.state) {
-    log.info(fmt::format("resume: no checkpoint in {}, starting fresh", cfg.checkpoint_dir));
+    log.info(fmt::format("resume: no checkpoint in {}, starting fresh", cfg.train.checkpoint.dir));
     return std::nullopt;
   }
   TrainingState& s = *r.state;
@@ -141,20 +139,20 @@ std::optional<TrainingState> read_training_state(const Config& cfg, const Checkp
                ? fmt::format("resume: {} (the best checkpoint: test top-1 {:.2f}% at step {})",
                              r.path, 100 * s.best_top1, s.best_step)
                : "resume: " + r.path);
-  const BestReconciled best =
-      reconcile_best(cfg.checkpoint_dir, r.path, layout, s, cfg.keep_best && !cfg.dry_run);
+  const BestReconciled best = reconcile_best(cfg.train.checkpoint.dir, r.path, layout, s,
+                                             cfg.train.checkpoint.keep_best && !cfg.dry_run);
   for (const auto& w : best.warnings) warn(w);
   if (!best.linked.empty()) log.info(best.linked);
   warn_about_input(s.input, r.path, data, warn);
   warn_about_changed_settings(s.config_json, cfg, warn);
-  const auto later = later_in_lineage(cfg.checkpoint_dir, s.run_id, s.step);
+  const auto later = later_in_lineage(cfg.train.checkpoint.dir, s.run_id, s.step);
   if (!later.empty()) {
     warn(fmt::format(
         "resume: {} is at step {}, and {} checkpoint(s) of this run at later steps are in {} "
         "(newest {}): they hold the steps this run now replaces, stay until it writes those "
         "steps again, and --resume auto picks them first; move them away if that is not "
         "what you want",
-        r.path, s.step, later.size(), cfg.checkpoint_dir, later.front()));
+        r.path, s.step, later.size(), cfg.train.checkpoint.dir, later.front()));
   }
   return std::move(r.state);
 }

@@ -97,7 +97,7 @@ bool configure(Comm& control, const Identity& id, int argc, char** argv, Config&
     return false;
   }
   // The requeue signal stops like SIGTERM (checkpoint at the next step boundary).
-  install_requeue_handler(cfg.requeue_signal);
+  install_requeue_handler(cfg.train.stop.requeue_signal);
   return outcome == ParseOutcome::Run;
 }
 
@@ -213,9 +213,9 @@ std::unique_ptr<DirLock> lock_checkpoint_dir(Comm& control, const Config& cfg) {
   run_agreed(control, [&] {
     if (control.rank() != 0) return;
     if (cfg.dry_run) {
-      DirLock::check(cfg.checkpoint_dir, &notes);
+      DirLock::check(cfg.train.checkpoint.dir, &notes);
     } else {
-      lock = DirLock::acquire(cfg.checkpoint_dir, &notes);
+      lock = DirLock::acquire(cfg.train.checkpoint.dir, &notes);
     }
   });
   for (const auto& n : notes) std::fprintf(stderr, "mnist_ddp: warning: %s\n", n.c_str());
@@ -251,14 +251,14 @@ std::unique_ptr<Logger> open_log(Comm& control, const Config& cfg, const Identit
   run_agreed(control, [&] {
     if (id.rank != 0 || cfg.eval_only) return;
     if (cfg.dry_run) {
-      created = check_checkpoint_dir(cfg.checkpoint_dir);
+      created = check_checkpoint_dir(cfg.train.checkpoint.dir);
     } else {
-      prepare_checkpoint_dir(cfg.checkpoint_dir);
+      prepare_checkpoint_dir(cfg.train.checkpoint.dir);
     }
   });
   if (created) {
     log->info(fmt::format("dry run: --checkpoint-dir {} does not exist yet; a run creates it",
-                          cfg.checkpoint_dir));
+                          cfg.train.checkpoint.dir));
   }
   log->file(fmt::format("mnist_ddp {} world {} launcher {} nodes {}", kVersion, id.world,
                         id.launcher, id.num_nodes));
@@ -281,17 +281,17 @@ DataSplit load_data(Comm& control, const Config& cfg, const Identity& id, const 
   std::string kernels =
       where.device == Device::Cuda
           // layer1 (one input channel): CudaOps' direct FP32 kernels unless --amp
-          ? (cfg.amp != AmpMode::Off ? "cuDNN 16-bit kernels"
-             : cfg.gpu_kernels == GpuKernels::Own
+          ? (cfg.train.gradients.amp != AmpMode::Off ? "cuDNN 16-bit kernels"
+             : cfg.backend.gpu_kernels == GpuKernels::Own
                  ? "direct FP32 layer1, own TF32 layer2 weight gradient, cuDNN with TF32 allowed"
-             : cfg.tf32 ? "direct FP32 layer1, cuDNN with TF32 allowed"
-                        : "direct FP32 layer1, cuDNN FP32")
-          : cfg.cpu_kernels == CpuKernels::OneDnn ? "oneDNN kernels" : "reference kernels";
+             : cfg.backend.tf32 ? "direct FP32 layer1, cuDNN with TF32 allowed"
+                                : "direct FP32 layer1, cuDNN FP32")
+          : cfg.backend.cpu_kernels == CpuKernels::OneDnn ? "oneDNN kernels" : "reference kernels";
   DnnlLayout dnnl;
-  if (where.device == Device::Cpu && cfg.cpu_kernels == CpuKernels::OneDnn) {
+  if (where.device == Device::Cpu && cfg.backend.cpu_kernels == CpuKernels::OneDnn) {
     // What oneDNN runs here (its JIT kernels want the CPU's vector width as the channel block).
-    run_agreed(control, [&] { dnnl = dnnl_layout(cfg.amp); });
-    if (cfg.amp == AmpMode::Bf16 && !dnnl.bf16.empty()) {
+    run_agreed(control, [&] { dnnl = dnnl_layout(cfg.train.gradients.amp); });
+    if (cfg.train.gradients.amp == AmpMode::Bf16 && !dnnl.bf16.empty()) {
       kernels +=
           fmt::format(" (--amp bf16 on {}): {} on nChw{}c", dnnl.bf16_units, dnnl.bf16, dnnl.block);
     } else {
@@ -310,7 +310,7 @@ DataSplit load_data(Comm& control, const Config& cfg, const Identity& id, const 
                     "far slower than --cpu-kernels reference (im2col + OpenBLAS); pass that",
                     dnnl.convolution));
   }
-  if (cfg.amp == AmpMode::Off && dnnl.bf16_units == "AMX-BF16") {
+  if (cfg.train.gradients.amp == AmpMode::Off && dnnl.bf16_units == "AMX-BF16") {
     log.info(
         "note: this CPU has AMX-BF16 units, idle in fp32 training: --amp bf16 runs the "
         "convolutions on them (fp32 accumulation and master weights; docs/gpu.md, "
@@ -326,8 +326,7 @@ DataSplit load_data(Comm& control, const Config& cfg, const Identity& id, const 
 std::unique_ptr<Ops> make_device_ops(Communicators& comms, const Config& cfg,
                                      const Placement& where, const DataSplit& data) {
   std::unique_ptr<Ops> ops;
-  run_agreed(comms.control(),
-             [&] { ops = make_ops(where.device, cfg.cpu_kernels, cfg.tf32, cfg.gpu_kernels); });
+  run_agreed(comms.control(), [&] { ops = make_ops(where.device, cfg.backend); });
   // NCCL joins the ops' stream by events (no host sync), so a step can be captured as a graph.
   comms.bind_data(where.plan, ops->stream());
   ops->load_dataset(Ops::kTrain, data.train);  // once: device-resident on a GPU
@@ -347,7 +346,8 @@ void open_extra_communicators(Communicators& comms, const Config& cfg, const Ide
     log.info(fmt::format(
         "post-local SGD: global gradient all-reduce for {} steps, then within groups of {} "
         "rank(s) (node-local), parameters averaged over all {} ranks every {} steps",
-        cfg.local_sgd_start, comms.local()->size(), id.world, cfg.local_sgd_period));
+        cfg.train.gradients.local_sgd.start, comms.local()->size(), id.world,
+        cfg.train.gradients.local_sgd.period));
   }
   if (where.plan.thread_engine) {
     comms.open_thread();  // collective: the thread's own duplicate of the world

@@ -72,20 +72,23 @@ int train_and_report(Comm& control, const Config& cfg, Trainer& trainer, const D
                {"host", me.host},
                {"job", me.job},
                {"time", me.started},
-               {"checkpoint_dir", std::filesystem::absolute(cfg.checkpoint_dir, ec).string()},
+               {"checkpoint_dir", std::filesystem::absolute(cfg.train.checkpoint.dir, ec).string()},
                {"config", nlohmann::json::parse(config_json(cfg))}});
   log.info(fmt::format(
       "training: {} epoch(s) x {} steps/epoch = {} steps{}, batch {} per rank{} "
       "({} global), lr {}",
-      cfg.epochs, trainer.steps_per_epoch(), trainer.total_steps(),
-      trainer.total_steps() < trainer.steps_per_epoch() * cfg.epochs ? " (capped by --max-steps)"
-                                                                     : "",
-      cfg.batch_size,
-      cfg.accumulate > 1
-          ? fmt::format(" x {} micro-batches per step (--accumulate: one all-reduce per step)",
-                        cfg.accumulate)
+      cfg.train.schedule.epochs, trainer.steps_per_epoch(), trainer.total_steps(),
+      trainer.total_steps() < trainer.steps_per_epoch() * cfg.train.schedule.epochs
+          ? " (capped by --max-steps)"
           : "",
-      static_cast<std::int64_t>(cfg.batch_size) * cfg.accumulate * control.size(), cfg.lr));
+      cfg.train.schedule.batch_size,
+      cfg.train.schedule.accumulate > 1
+          ? fmt::format(" x {} micro-batches per step (--accumulate: one all-reduce per step)",
+                        cfg.train.schedule.accumulate)
+          : "",
+      static_cast<std::int64_t>(cfg.train.schedule.batch_size) * cfg.train.schedule.accumulate *
+          control.size(),
+      cfg.train.optimizer.lr.base_lr));
   TrainResult r = trainer.run();
   if (trace != nullptr) {
     // Collective: written before a requeue (Slurm may end these processes right after it).

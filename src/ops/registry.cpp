@@ -5,10 +5,9 @@
 
 namespace mnist_ddp {
 
-std::unique_ptr<Ops> make_ops(Device device, CpuKernels cpu_kernels, bool tf32,
-                              GpuKernels gpu_kernels) {
-  if (device == Device::Cuda) return make_cuda_ops(tf32, gpu_kernels);
-  return cpu_kernels == CpuKernels::OneDnn ? make_dnnl_ops() : make_cpu_ops();
+std::unique_ptr<Ops> make_ops(Device device, const BackendOptions& options) {
+  if (device == Device::Cuda) return make_cuda_ops(options);
+  return options.cpu_kernels == CpuKernels::OneDnn ? make_dnnl_ops() : make_cpu_ops();
 }
 
 }  // namespace mnist_ddp

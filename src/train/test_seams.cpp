@@ -67,6 +67,10 @@ std::optional<DebugSlow> parse_debug_slow(const std::string& text) {
   return s;
 }
 
+std::string debug_slow_text(const DebugSlow& s) {
+  return fmt::format("{}:{}:{}", s.rank, name_in(kPhaseNames, s.phase), s.ms);
+}
+
 void debug_slow_phase(const DebugSlow& slow, int rank, Phase p) {
   if (rank != slow.rank || p != slow.phase) return;
   std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(slow.ms));

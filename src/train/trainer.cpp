@@ -34,6 +34,18 @@ std::vector<int> micro_batch_sizes(std::int64_t offset, std::int64_t epoch_size,
   return sizes;
 }
 
+namespace {
+
+// What the flags leave to the program, resolved once on the trainer's own copy of its options.
+TrainOptions resolved(TrainOptions o) {
+  if (o.cadence.straggler_every < 0) o.cadence.straggler_every = o.cadence.log_every;
+  o.gradients.powersgd.seed = o.schedule.seed;  // the same Q draws on every rank
+  o.optimizer.sgd.lr = o.optimizer.lr.base_lr;  // each step's rate: learning_rate(), below
+  return o;
+}
+
+}  // namespace
+
 std::int64_t step_graph_key(int n, const MicroBatch& mb) {
   // kind: 0 the only micro-batch, 1 the first of several, 2 a middle one, 3 the last.
   const int kind = mb.count == 1 ? 0 : mb.first() ? 1 : mb.last() ? 3 : 2;
@@ -42,7 +54,7 @@ std::int64_t step_graph_key(int n, const MicroBatch& mb) {
 
 Trainer::Trainer(const TrainOptions& options, std::string stored_config, const TrainerComms& comms,
                  Ops& ops, ConvNet& model, const DataSplit& data, Logger& log, Tracer* tracer)
-    : opt_(options),
+    : opt_(resolved(options)),
       comm_(comms.control),
       data_comm_(comms.data),
       local_comm_(comms.local),
@@ -52,8 +64,8 @@ Trainer::Trainer(const TrainOptions& options, std::string stored_config, const T
       model_(model),
       data_(data),
       log_(log),
-      report_(options.schedule, options.gradients, log),
-      sgd_(ops, model.params().size(), options.optimizer.sgd),
+      report_(opt_.schedule, opt_.gradients, log),
+      sgd_(ops, model.params().size(), opt_.optimizer.sgd),
       layout_(checkpoint_layout(model)),
       run_id_(new_run_id()),
       stored_config_(std::move(stored_config)) {
@@ -88,8 +100,9 @@ Trainer::Trainer(const TrainOptions& options, std::string stored_config, const T
     bucket_comm_ = comms.thread;
   }
   const GradientOptions& grads = opt_.gradients;
-  reducer_ = std::make_unique<Reducer>(*bucket_comm_, model, grads.bucket_cap_bytes, grads.overlap,
-                                       grads.compression, grads.powersgd);
+  reducer_ = std::make_unique<Reducer>(*bucket_comm_, model,
+                                       static_cast<std::size_t>(grads.bucket_cap_kb) * 1024,
+                                       grads.overlap, grads.compression, grads.powersgd);
   reducer_->set_tracer(tracer);
   model.set_tracer(tracer);
   if (grads.sync_bn) {

@@ -61,14 +61,14 @@ else
 fi
 
 # The run's Config is the app layer's: below it, code takes the option structs app builds
-# (app/run_options.hpp). Comments may name it.
+# (its TrainOptions, BackendOptions, ... fields). Comments may name it.
 config_below=$(grep -rnw --include='*.cpp' --include='*.hpp' --include='*.cu' --include='*.cuh' \
   'Config' src include | grep -v '^src/app/\|^include/mnist_ddp/app/\|^src/stub/' |
   grep -v '^[^:]*:[0-9]*:\s*//')
 if [[ -z "$config_below" ]]; then
   pass "only_app_reads_the_run_config"
 else
-  fail "only_app_reads_the_run_config (take an option struct built by app/run_options.cpp)" \
+  fail "only_app_reads_the_run_config (take an option struct, a field of Config)" \
     "$config_below"
 fi
 

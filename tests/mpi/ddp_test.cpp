@@ -13,7 +13,6 @@
 
 #include "../common/compare.hpp"
 #include "mnist_ddp/app/comm_plan.hpp"
-#include "mnist_ddp/app/run_options.hpp"
 #include "mnist_ddp/base/rng.hpp"
 #include "mnist_ddp/checkpoint/checkpoint.hpp"
 #include "mnist_ddp/checkpoint/store.hpp"
@@ -39,12 +38,13 @@ TEST(Ddp, ReplicasStayBitwiseIdentical) {
   const int r = world().rank();
   const DataSplit data = synthetic(64 * world().size(), 16, 11);
   Config cfg;
-  cfg.batch_size = 8;
-  cfg.eval_batch_size = 8;
-  cfg.lr = 0.05;
-  cfg.max_steps = 5;  // every rank trains on its own images (the sampler's disjoint shards)
-  cfg.checkpoint_dir = temp_log_dir() + "/replicas-ckpt";
-  if (r == 0) prepare_checkpoint_dir(cfg.checkpoint_dir);
+  cfg.train.schedule.batch_size = 8;
+  cfg.train.schedule.eval_batch_size = 8;
+  cfg.train.optimizer.lr.base_lr = 0.05;
+  cfg.train.schedule.max_steps =
+      5;  // every rank trains on its own images (the sampler's disjoint shards)
+  cfg.train.checkpoint.dir = temp_log_dir() + "/replicas-ckpt";
+  if (r == 0) prepare_checkpoint_dir(cfg.train.checkpoint.dir);
   auto ops = make_cpu_ops();
   ConvNet model(*ops, 8);
   model.init(100 + static_cast<std::uint64_t>(r));  // deliberately different: broadcast must fix it
@@ -53,7 +53,7 @@ TEST(Ddp, ReplicasStayBitwiseIdentical) {
   Logger log(r, temp_log_dir(), false);
   ops->load_dataset(Ops::kTrain, data.train);
   ops->load_dataset(Ops::kTest, data.test);
-  Trainer t(train_options(cfg), config_json(cfg),
+  Trainer t(cfg.train, config_json(cfg),
             TrainerComms{world(), world(), plan_communication(cfg, Device::Cpu, world().size())},
             *ops, model, data, log);
   EXPECT_EQ(t.run().steps, 5);
@@ -139,7 +139,7 @@ struct ReducerComparison {
 };
 
 ReducerComparison compare_reducer_with_one_allreduce(std::uint64_t seed, Compression hook,
-                                                     OverlapEngine engine = OverlapEngine::Test) {
+                                                     OverlapEngine engine = OverlapEngine::Poll) {
   auto ops = make_cpu_ops();
   ConvNet a(*ops, 4), b(*ops, 4);
   a.init(seed);

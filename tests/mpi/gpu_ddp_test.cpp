@@ -29,7 +29,7 @@ TEST(GpuDdp, SharedGpuAveragedGradientEqualsUnionBatch) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &world);
   use_cuda_device(choose_gpu(rank, world, cuda_device_count(), false));
-  auto ops = make_cuda_ops(/*tf32=*/false);
+  auto ops = make_cuda_ops({.tf32 = false});
   auto host = make_mpi_comm();
   auto staged = make_host_staged_comm();
   constexpr int kLocal = 4;
@@ -84,7 +84,7 @@ TEST(GpuDdp, AmpSkipIsAgreedAcrossRanks) {
   MPI_Comm_size(MPI_COMM_WORLD, &world);
   if (world < 2) GTEST_SKIP() << "needs mpirun -np 2 or more";
   use_cuda_device(choose_gpu(rank, world, cuda_device_count(), false));
-  auto ops = make_cuda_ops(/*tf32=*/false);
+  auto ops = make_cuda_ops({.tf32 = false});
   auto staged = make_host_staged_comm();
   auto scaler = make_grad_scaler(*ops, LossScaleRule{});
   ops->set_amp(AmpMode::Fp16, scaler->scale(), scaler->found_inf());

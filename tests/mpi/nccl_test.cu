@@ -108,7 +108,7 @@ TEST(Nccl, BucketedOverlapOnItsOwnStreamAveragesLikeOneAllReduce) {
   use_cuda_device(choose_gpu(rank, world, cuda_device_count(), true));
   auto comm = make_nccl_comm();
   auto host = make_mpi_comm();
-  auto ops = make_cuda_ops(/*tf32=*/false);
+  auto ops = make_cuda_ops({.tf32 = false});
   comm->bind_stream(ops->stream());
   ConvNet model(*ops, 4);
   Reducer::Mark rm;
@@ -158,7 +158,7 @@ TEST(Nccl, FailedCaptureFallsBackToEagerOnEveryRank) {
   use_cuda_device(choose_gpu(rank, world, cuda_device_count(), true));
   auto comm = make_nccl_comm();
   auto host = make_mpi_comm();
-  auto ops = make_cuda_ops(/*tf32=*/false);
+  auto ops = make_cuda_ops({.tf32 = false});
   comm->bind_stream(ops->stream());
   ConvNet model(*ops, 4);
   const std::size_t n = model.grads().size();

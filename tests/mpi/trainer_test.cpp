@@ -11,7 +11,6 @@
 
 #include "../common/compare.hpp"
 #include "mnist_ddp/app/comm_plan.hpp"
-#include "mnist_ddp/app/run_options.hpp"
 #include "mnist_ddp/base/rng.hpp"
 #include "mnist_ddp/checkpoint/checkpoint.hpp"
 #include "mnist_ddp/checkpoint/store.hpp"
@@ -35,12 +34,12 @@ namespace {
 TEST(Trainer, EvaluationCountsEveryTestImageOnceAndRunTrains) {
   const DataSplit data = synthetic(50, 1001, 3);
   Config cfg;
-  cfg.batch_size = 7;
-  cfg.eval_batch_size = 64;
-  cfg.epochs = 1;
-  cfg.log_every = 3;
-  cfg.checkpoint_dir = temp_log_dir() + "/ckpt";
-  if (world().rank() == 0) prepare_checkpoint_dir(cfg.checkpoint_dir);
+  cfg.train.schedule.batch_size = 7;
+  cfg.train.schedule.eval_batch_size = 64;
+  cfg.train.schedule.epochs = 1;
+  cfg.train.cadence.log_every = 3;
+  cfg.train.checkpoint.dir = temp_log_dir() + "/ckpt";
+  if (world().rank() == 0) prepare_checkpoint_dir(cfg.train.checkpoint.dir);
   auto ops = make_cpu_ops();
   ConvNet model(*ops, 64);
   model.init(2);
@@ -48,7 +47,7 @@ TEST(Trainer, EvaluationCountsEveryTestImageOnceAndRunTrains) {
   Logger log(world().rank(), temp_log_dir(), false);
   ops->load_dataset(Ops::kTrain, data.train);
   ops->load_dataset(Ops::kTest, data.test);
-  Trainer t(train_options(cfg), config_json(cfg),
+  Trainer t(cfg.train, config_json(cfg),
             TrainerComms{world(), world(), plan_communication(cfg, Device::Cpu, world().size())},
             *ops, model, data, log);
   const EvalResult e = t.evaluate();
@@ -61,7 +60,7 @@ TEST(Trainer, EvaluationCountsEveryTestImageOnceAndRunTrains) {
   EXPECT_EQ(res.epochs_completed, 1);
   // The end of the epoch wrote a checkpoint that resumes at the start of the next epoch.
   if (world().rank() == 0) {
-    const auto files = list_checkpoints(cfg.checkpoint_dir);
+    const auto files = list_checkpoints(cfg.train.checkpoint.dir);
     ASSERT_EQ(files.size(), 1u);
     const TrainingState s = load_checkpoint(files[0], checkpoint_layout(model));
     EXPECT_EQ(s.step, res.steps);

@@ -51,28 +51,28 @@ Config parse_ok(std::vector<std::string> args) {
 
 TEST(Cli, Defaults) {
   const Config c = parse_ok({});
-  EXPECT_EQ(c.batch_size, 100);
+  EXPECT_EQ(c.train.schedule.batch_size, 100);
   EXPECT_EQ(c.device, DeviceChoice::Auto);
   EXPECT_EQ(c.log_dir, "logging");
-  EXPECT_TRUE(c.shuffle);
+  EXPECT_TRUE(c.train.schedule.shuffle);
 }
 
 TEST(Cli, ParsesValues) {
   const Config c = parse_ok({"--epochs", "3", "--lr", "0.1", "--device", "cpu", "--nesterov",
                              "--lr-schedule", "cosine", "--no-shuffle", "--drop-last"});
-  EXPECT_EQ(c.epochs, 3);
-  EXPECT_DOUBLE_EQ(c.lr, 0.1);
+  EXPECT_EQ(c.train.schedule.epochs, 3);
+  EXPECT_DOUBLE_EQ(c.train.optimizer.lr.base_lr, 0.1);
   EXPECT_EQ(c.device, DeviceChoice::Cpu);
-  EXPECT_TRUE(c.nesterov);
-  EXPECT_EQ(c.lr_schedule, LrSchedule::Cosine);
-  EXPECT_FALSE(c.shuffle);
-  EXPECT_TRUE(c.drop_last);
+  EXPECT_TRUE(c.train.optimizer.sgd.nesterov);
+  EXPECT_EQ(c.train.optimizer.lr.schedule, LrSchedule::Cosine);
+  EXPECT_FALSE(c.train.schedule.shuffle);
+  EXPECT_TRUE(c.train.schedule.drop_last);
 }
 
 TEST(Cli, AmpModes) {
-  EXPECT_EQ(parse_ok({}).amp, AmpMode::Off);
-  EXPECT_EQ(parse_ok({"--amp", "fp16"}).amp, AmpMode::Fp16);
-  EXPECT_EQ(parse_ok({"--amp", "bf16"}).amp, AmpMode::Bf16);
+  EXPECT_EQ(parse_ok({}).train.gradients.amp, AmpMode::Off);
+  EXPECT_EQ(parse_ok({"--amp", "fp16"}).train.gradients.amp, AmpMode::Fp16);
+  EXPECT_EQ(parse_ok({"--amp", "bf16"}).train.gradients.amp, AmpMode::Bf16);
   EXPECT_NE(config_json(parse_ok({"--amp", "bf16"})).find(R"("amp":"bf16")"), std::string::npos);
   EXPECT_NE(parse_error({"--amp", "fp8"}).find("--amp"), std::string::npos);
 }
@@ -151,8 +151,8 @@ TEST(Cli, RejectionsNameTheFlag) {
   EXPECT_TRUE(parse_ok({"--eval-only", "--resume", "auto"}).eval_only);
   EXPECT_EQ(parse_ok({"--init-weights", "a.h5"}).init_weights, "a.h5");
   // --gpu-kernels: its names, and own only where TF32 is allowed and no 16-bit copies run.
-  EXPECT_EQ(parse_ok({"--gpu-kernels", "own"}).gpu_kernels, GpuKernels::Own);
-  EXPECT_EQ(parse_ok({}).gpu_kernels, GpuKernels::Cudnn);
+  EXPECT_EQ(parse_ok({"--gpu-kernels", "own"}).backend.gpu_kernels, GpuKernels::Own);
+  EXPECT_EQ(parse_ok({}).backend.gpu_kernels, GpuKernels::Cudnn);
   EXPECT_NE(parse_error({"--gpu-kernels", "triton"}).find("--gpu-kernels"), std::string::npos);
   EXPECT_NE(parse_error({"--gpu-kernels", "own", "--tf32", "off"}).find("drop --tf32 off"),
             std::string::npos);
@@ -205,7 +205,7 @@ TEST(Cli, EveryFloatFlagRefusesNonFiniteValues) {
   std::filesystem::remove(toml);
   // Finite values at the edges still parse: the largest double, an underflow to 0.
   EXPECT_EQ(parse_ok({"--collective-timeout", "1e-400"}).collective_timeout, 0.0);
-  EXPECT_DOUBLE_EQ(parse_ok({"--lr", "1e300"}).lr, 1e300);
+  EXPECT_DOUBLE_EQ(parse_ok({"--lr", "1e300"}).train.optimizer.lr.base_lr, 1e300);
 }
 
 TEST(Cli, TraceFlagsParseAndTheirMistakesNameTheFlag) {
@@ -222,8 +222,8 @@ TEST(Cli, TraceFlagsParseAndTheirMistakesNameTheFlag) {
 }
 
 TEST(Cli, AccumulateParsesAndItsMistakesNameIt) {
-  EXPECT_EQ(parse_ok({"--accumulate", "4"}).accumulate, 4);
-  EXPECT_EQ(parse_ok({}).accumulate, 1);
+  EXPECT_EQ(parse_ok({"--accumulate", "4"}).train.schedule.accumulate, 4);
+  EXPECT_EQ(parse_ok({}).train.schedule.accumulate, 1);
   for (const char* bad : {"0", "-1", "x", "2.5", "5000"}) {
     EXPECT_NE(parse_error({"--accumulate", bad}).find("--accumulate"), std::string::npos) << bad;
   }
@@ -239,7 +239,7 @@ TEST(Cli, AccumulateParsesAndItsMistakesNameIt) {
 TEST(Cli, DryRunWriteConfigAndKeepBestParseAndTheirMistakesNameThem) {
   EXPECT_TRUE(parse_ok({"--dry-run"}).dry_run);
   EXPECT_EQ(parse_ok({"--write-config", "r.toml"}).write_config, "r.toml");
-  EXPECT_TRUE(parse_ok({"--keep-best"}).keep_best);
+  EXPECT_TRUE(parse_ok({"--keep-best"}).train.checkpoint.keep_best);
   EXPECT_EQ(parse_ok({"--resume", "best"}).resume, "best");
   EXPECT_NE(parse_error({"--dry-run", "--write-config", "r.toml"})
                 .find("--dry-run checks a run before it trains; --write-config trains nothing"),
@@ -254,12 +254,12 @@ TEST(Cli, DryRunWriteConfigAndKeepBestParseAndTheirMistakesNameThem) {
 
 TEST(Cli, StragglerFlagsParseAndTheirMistakesNameTheFlag) {
   const Config d = parse_ok({});
-  EXPECT_EQ(d.straggler_every, -1);  // the --log-every window
-  EXPECT_DOUBLE_EQ(d.straggler_threshold, 0.7);
+  EXPECT_EQ(d.train.cadence.straggler_every, -1);  // the --log-every window
+  EXPECT_DOUBLE_EQ(d.train.cadence.straggler_threshold, 0.7);
   const Config c = parse_ok(
       {"--straggler-every", "0", "--straggler-threshold", "0.5", "--debug-slow", "1:backward:200"});
-  EXPECT_EQ(c.straggler_every, 0);
-  EXPECT_DOUBLE_EQ(c.straggler_threshold, 0.5);
+  EXPECT_EQ(c.train.cadence.straggler_every, 0);
+  EXPECT_DOUBLE_EQ(c.train.cadence.straggler_threshold, 0.5);
   EXPECT_NE(config_json(c).find(R"("straggler_threshold":0.5)"), std::string::npos);
   for (const char* bad : {"-2", "x", "1.5"}) {
     EXPECT_NE(parse_error({"--straggler-every", bad}).find("--straggler-every"), std::string::npos)
@@ -272,7 +272,7 @@ TEST(Cli, StragglerFlagsParseAndTheirMistakesNameTheFlag) {
   }
   for (const char* bad : {"1:comm:5", "1:backward", "x:data:5", "1:data:0", "1:lunch:5"}) {
     EXPECT_NE(parse_error({"--debug-slow", bad})
-                  .find("--debug-slow " + std::string(bad) + ": give RANK:PHASE:MS"),
+                  .find("--debug-slow: got " + std::string(bad) + "; give RANK:PHASE:MS"),
               std::string::npos)
         << bad;
   }
@@ -439,7 +439,7 @@ TEST(Cli, EveryEnumHasOneNameTable) {
   expect_bijective(kDTypeNames, 8);
   // The configuration logged and stored in checkpoints spells them from the same tables.
   Config c;
-  c.compression = Compression::BatchedPowerSgdFp16;
+  c.train.gradients.compression = Compression::BatchedPowerSgdFp16;
   c.overlap_engine = OverlapEngine::Thread;
   const std::string j = config_json(c);
   EXPECT_NE(j.find("\"compression\":\"batched_powersgd_fp16\""), std::string::npos) << j;

@@ -89,9 +89,9 @@ TEST_F(ConfigFileTest, WrittenConfigurationReadsBackIdenticalAndTheCommandLineWi
   EXPECT_EQ(toml.find("dry-run"), std::string::npos) << "actions are not settings";
   // Flags on the command line override the file, wherever they stand.
   const Config over = testing::parse_flags({"--lr", "0.5", "--config", path, "--epochs", "5"});
-  EXPECT_EQ(over.lr, 0.5);
-  EXPECT_EQ(over.epochs, 5);
-  EXPECT_EQ(over.momentum, 0.30000000000000004);
+  EXPECT_EQ(over.train.optimizer.lr.base_lr, 0.5);
+  EXPECT_EQ(over.train.schedule.epochs, 5);
+  EXPECT_EQ(over.train.optimizer.sgd.momentum, 0.30000000000000004);
   EXPECT_EQ(over.data_dir, "/scratch/my data");
 }
 
@@ -158,10 +158,10 @@ TEST_F(ConfigFileTest, StoredConfigurationOfACheckpointBecomesTheSameConfig) {
   older.erase("keep_best");  // and one it did not have: the default
   const Config over = config_from_json(older.dump(), R"({"lr": 0.25, "epochs": 9})", &unknown);
   EXPECT_EQ(unknown, std::vector<std::string>{"shuffle"});
-  EXPECT_EQ(over.lr, 0.25);
-  EXPECT_EQ(over.epochs, 9);
-  EXPECT_FALSE(over.keep_best);
-  EXPECT_EQ(over.seed, first.seed);
+  EXPECT_EQ(over.train.optimizer.lr.base_lr, 0.25);
+  EXPECT_EQ(over.train.schedule.epochs, 9);
+  EXPECT_FALSE(over.train.checkpoint.keep_best);
+  EXPECT_EQ(over.train.schedule.seed, first.train.schedule.seed);
   testing::expect_user_error([&] { config_from_json(R"({"epochs": -1})", "", &unknown); },
                              "stored configuration", "--epochs");
   testing::expect_user_error([&] { config_from_json("not json", "", &unknown); },

@@ -37,7 +37,7 @@ class GpuOps : public ::testing::Test {
   void SetUp() override {
     SKIP_WITHOUT_GPU();
     use_cuda_device(0);
-    gpu_ = make_cuda_ops(/*tf32=*/false);
+    gpu_ = make_cuda_ops({.tf32 = false});
     cpu_ = make_cpu_ops();
   }
   // A device copy of host data (freed with the test).
@@ -210,7 +210,7 @@ BnSync two_rank_stand_in() {
 // 4-7 without tiles). Repeated calls are bitwise equal (a fixed reduction order), and so is the
 // two-stream conv2d_backward (the kernel on the side stream beside the data gradient).
 TEST_F(GpuOps, OwnWeightGradientMatchesExactWithinTf32Model) {
-  const std::unique_ptr<Ops> own = make_cuda_ops(/*tf32=*/true, GpuKernels::Own);
+  const std::unique_ptr<Ops> own = make_cuda_ops({.tf32 = true, .gpu_kernels = GpuKernels::Own});
   for (const ConvGeom g : {ConvGeom{8, 16, 14, 14, 32, 5, 2}, ConvGeom{100, 16, 14, 14, 32, 5, 2},
                            ConvGeom{200, 16, 14, 14, 32, 5, 2}, ConvGeom{6, 3, 9, 11, 16, 3, 1}}) {
     std::printf("own wgrad n=%d c=%d %dx%d k=%d r=%d pad=%d\n", g.n, g.c, g.h, g.w, g.k, g.r,

@@ -1,6 +1,6 @@
-// cli.hpp — the command line of the run configuration (config.hpp: Config). One CLI11 table
-// drives parsing, --help, --config's TOML and the stored configuration, so the usage text cannot
-// drift from the parser.
+// cli.hpp — the command line of the run configuration (config.hpp: Config). One option table
+// (src/app/flags.cpp: each flag declared once) drives parsing, --help, --config's TOML, the stored
+// configuration and the resume comparison, so the usage text cannot drift from the parser.
 #pragma once
 
 #include <csignal>
@@ -40,5 +40,9 @@ std::string help_text(bool all = false);
 
 // The configuration as one JSON object (logged at start, stored in every checkpoint).
 std::string config_json(const Config& cfg);
+
+// The stored configuration's keys a resume compares with the checkpoint's, warning where they
+// changed (the flags the table marks compared_on_resume: those that shape the optimisation).
+std::vector<std::string> settings_compared_on_resume();
 
 }  // namespace mnist_ddp

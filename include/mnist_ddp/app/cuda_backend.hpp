@@ -58,9 +58,9 @@ namespace mnist_ddp {
   X(CALL, make_host_staged_group_comm, make_host_staged_group_comm, std::unique_ptr<Comm>,         \
     (int color), (color), (void)color;                                                             \
     throw UserError("--comm mpi with --device cuda: this mnist_ddp was built without CUDA");)      \
-  X(CALL, make_cuda_ops, make_cuda_ops, std::unique_ptr<Ops>, (bool tf32, GpuKernels kernels),     \
-    (tf32, kernels), (void)tf32;                                                                   \
-    (void)kernels; throw UserError(                                                                \
+  X(CALL, make_cuda_ops, make_cuda_ops, std::unique_ptr<Ops>, (const BackendOptions& options),     \
+    (options), (void)options;                                                                      \
+    throw UserError(                                                                               \
         "this mnist_ddp was built without CUDA (make USE_CUDA=1 to build the GPU backend)");)      \
   X(CALL, make_grad_scaler, make_grad_scaler, std::unique_ptr<GradScaler>,                         \
     (Ops & ops, const LossScaleRule& rule), (ops, rule), (void)ops;                                \

@@ -1,8 +1,8 @@
 // choices.hpp — the enums the run's flags choose between, with their names (the device, the CPU
 // and GPU kernels, the learning-rate schedule, the gradient compression, the overlap engine,
 // progress lines, the communicator): vocabulary the layers' option structs are written in
-// (app/config.hpp's Config holds the flags' values; app/run_options.hpp hands each layer the part
-// it uses).
+// (app/config.hpp's Config holds every layer's option struct, filled by the flag table,
+// app/flags.cpp).
 #pragma once
 
 #include <array>
@@ -46,9 +46,9 @@ inline constexpr std::array<NameOf<Compression>, 6> kCompressionNames{
 // MPI_Iallreduce that MPI advances inside the MPI_Test calls made from backward's layer-ready
 // callbacks; Thread: a communication thread runs a blocking all-reduce per bucket on its own
 // communicator (threaded_comm.hpp; needs MPI_THREAD_MULTIPLE).
-enum class OverlapEngine { Test, Thread };
+enum class OverlapEngine { Poll, Thread };
 inline constexpr std::array<NameOf<OverlapEngine>, 2> kOverlapEngineNames{
-    {{OverlapEngine::Test, "test"}, {OverlapEngine::Thread, "thread"}}};
+    {{OverlapEngine::Poll, "poll"}, {OverlapEngine::Thread, "thread"}}};
 
 enum class Progress { Auto, On, Off };
 inline constexpr std::array<NameOf<Progress>, 3> kProgressNames{

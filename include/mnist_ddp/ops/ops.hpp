@@ -25,6 +25,7 @@
 #include "mnist_ddp/base/enum_names.hpp"
 #include "mnist_ddp/data/dataset.hpp"
 #include "mnist_ddp/launch/device.hpp"
+#include "mnist_ddp/ops/backend_options.hpp"
 #include "mnist_ddp/ops/op_params.hpp"
 #include "mnist_ddp/trace/trace.hpp"
 
@@ -172,12 +173,13 @@ DnnlLayout dnnl_layout(AmpMode amp = AmpMode::Off);
 // OpenBLAS Zen kernels", "aarch64 (NEON, SVE, SVE2, BF16) (oneDNN), OpenBLAS NEOVERSEV1 kernels".
 std::string cpu_kernel_description();
 // The CUDA backend (src/ops/cuda/); in a CPU-only build, a UserError saying "built without CUDA".
-// tf32: TF32 tensor cores for convolutions and the fc GEMM (PyTorch's cuDNN default). kernels:
-// --gpu-kernels (own: this project's kernels where it has them; they need tf32).
-std::unique_ptr<Ops> make_cuda_ops(bool tf32, GpuKernels kernels = GpuKernels::Cudnn);
-// The registry (ops/registry.cpp): the backend for a device, --cpu-kernels and --gpu-kernels.
-std::unique_ptr<Ops> make_ops(Device device, CpuKernels cpu_kernels = CpuKernels::OneDnn,
-                              bool tf32 = true, GpuKernels gpu_kernels = GpuKernels::Cudnn);
+// It reads options.tf32 (TF32 tensor cores for convolutions and the fc GEMM, PyTorch's cuDNN
+// default) and options.gpu_kernels (own: this project's kernels where it has them; they need
+// tf32).
+std::unique_ptr<Ops> make_cuda_ops(const BackendOptions& options);
+// The registry (ops/registry.cpp): the backend for a device and its options (the CPU's:
+// options.cpu_kernels).
+std::unique_ptr<Ops> make_ops(Device device, const BackendOptions& options = {});
 
 // Threads for BLAS and oneDNN (OpenMP) on this rank; 1 unless this rank owns several cores.
 void set_compute_threads(int threads);

@@ -26,6 +26,8 @@ struct DebugSlow {
   double ms = 0;
 };
 std::optional<DebugSlow> parse_debug_slow(const std::string& text);
+// The text parse_debug_slow reads back to s ("1:backward:200").
+std::string debug_slow_text(const DebugSlow& s);
 
 // The seams a run's flags set (all off by default).
 struct SeamOptions {

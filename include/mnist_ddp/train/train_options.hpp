@@ -1,10 +1,10 @@
 // train_options.hpp — what the trainer is told, one small struct per concern: the schedule of
 // steps over the data, the optimizer and its learning rate, how gradients travel, what is done
-// between steps, checkpoints, what a stop does, and the test seams. The app layer builds them
-// from its Config (app/run_options.hpp: the one place a flag becomes an option), so the trainer
-// reads the settings it uses and nothing looks up to the command line. app/run_options.cpp sets
-// every field from the flags; the initialisers below only keep a default-constructed struct
-// well-defined (the run's defaults are the flags', app/config.hpp).
+// between steps, checkpoints, what a stop does, and the test seams. The app layer's option table
+// (app/flags.cpp) fills these fields from the flags directly, so the trainer reads the settings it
+// uses and nothing looks up to the command line; each initialiser below is its flag's default,
+// written once. A value the program derives (the straggler window from --log-every, SGD's rate
+// from the schedule, PowerSGD's seed from --seed) is derived where it is used.
 #pragma once
 
 #include <csignal>
@@ -33,20 +33,23 @@ struct ScheduleOptions {
   bool drop_last = false;
 };
 
-// The optimizer: SGD's update rule, and the learning rate's schedule (its total_steps is the
-// trainer's, after --max-steps).
+// The optimizer: SGD's update rule, and the learning rate's schedule (--lr is lr.base_lr; its
+// total_steps is the trainer's, after --max-steps; sgd.lr is unused: each step's rate comes from
+// the schedule, Ops::set_step_scalars).
 struct OptimizerOptions {
-  SgdParams sgd;
+  SgdParams sgd{.momentum = 0.9};
   LrConfig lr;
 };
 
 // How the gradients are reduced: buckets, overlap with backward, compression (PowerSGD's own
 // settings), SyncBatchNorm, post-local SGD's schedule, and mixed precision.
 struct GradientOptions {
-  std::size_t bucket_cap_bytes = 25 * 1024;
-  bool overlap = true;  // false: --no-overlap, one all-reduce after backward
+  int bucket_cap_kb = 25;  // gives this model 3 buckets: fc (61 KiB), layer2 (50 KiB), layer1
+  bool overlap = true;     // false: --no-overlap, one all-reduce after backward
   Compression compression = Compression::None;
-  PowerSgdConfig powersgd;  // rank, start, minimum rate and seed (batched/fp16 come from the hook)
+  // rank, start, minimum rate (its seed is --seed's, set by the trainer; batched/fp16 come from
+  // the hook)
+  PowerSgdConfig powersgd;
   bool sync_bn = false;
   LocalSgdSchedule local_sgd;  // off: start -1
   AmpMode amp = AmpMode::Off;
@@ -54,11 +57,11 @@ struct GradientOptions {
 
 // What happens between steps, every this many steps (0: never, except where noted).
 struct CadenceOptions {
-  std::int64_t eval_every = 0;       // 0: at each epoch's end only
-  std::int64_t log_every = 50;       // the progress window
-  std::int64_t check_replicas = 0;   // the replica consistency check
-  std::int64_t straggler_every = 0;  // straggler windows (already resolved: 0 is off)
-  double straggler_threshold = 0.7;  // a rank scoring below this two windows running is slow
+  std::int64_t eval_every = 0;        // 0: at each epoch's end only
+  std::int64_t log_every = 50;        // the progress window
+  std::int64_t check_replicas = 0;    // the replica consistency check
+  std::int64_t straggler_every = -1;  // straggler windows; -1: --log-every's; 0: off
+  double straggler_threshold = 0.7;   // a rank scoring below this two windows running is slow
 };
 
 // Where checkpoints go and how many are kept.

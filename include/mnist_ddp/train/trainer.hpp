@@ -81,7 +81,7 @@ inline constexpr std::int64_t kGpuPhaseSampleEvery = 50;
 
 class Trainer {
  public:
-  // options: the settings it uses (train_options.hpp; app/run_options.hpp builds them).
+  // options: the settings it uses (train_options.hpp; the app layer's flags fill them).
   // stored_config: the configuration every checkpoint records (the app layer's config_json of
   // its Config: what resume compares and --write-config --resume writes back). comms: its
   // communicators and their plan. The data splits must already be loaded into ops

@@ -208,8 +208,8 @@ void CudaOps::run_xent(int n, int classes, const float* logits, const std::int32
 
 }  // namespace cuda_ops
 
-std::unique_ptr<Ops> make_cuda_ops(bool tf32, GpuKernels kernels) {
-  return std::make_unique<cuda_ops::CudaOps>(tf32, kernels);
+std::unique_ptr<Ops> make_cuda_ops(const BackendOptions& options) {
+  return std::make_unique<cuda_ops::CudaOps>(options.tf32, options.gpu_kernels);
 }
 
 }  // namespace mnist_ddp
