@@ -395,7 +395,7 @@ bundle:
 	@BUNDLE_BUILD=build/bundle tools/make-bundle.sh
 
 format:
-	clang-format -i include/mnist_ddp/*/*.hpp src/*/*.cpp src/*/*/*.cpp src/*/*.hpp src/*/*/*.hpp src/*/*/*.cu src/*/*/*.cuh tests/unit/*.cpp \
+	clang-format -i include/mnist_ddp/*/*.hpp include/mnist_ddp/*/*/*.hpp src/*/*.cpp src/*/*/*.cpp src/*/*.hpp src/*/*/*.hpp src/*/*/*.cu src/*/*/*.cuh tests/unit/*.cpp \
 	  tests/unit/*.hpp tests/mpi/*.cpp tests/mpi/*.hpp tests/mpi/*.cu tests/common/*.cpp tests/common/*.hpp bench/*.cpp bench/*.cu \
 	  tests/fuzz/*.cpp tests/fuzz/*.hpp
 

@@ -175,7 +175,7 @@ void BM_AllreduceNccl(benchmark::State& st) {
   Comm& c = *g_nccl;
   auto* dev = static_cast<float*>(cuda_alloc(n * sizeof(float)));
   std::vector<float> host(n);
-  auto ops = make_ops(Device::Cuda);
+  auto ops = make_cuda_ops({});
   double total = 0;
   const std::int64_t wrong_before = g_check.wrong;
   for (auto _ : st) {
@@ -218,7 +218,7 @@ void BM_Encode16Decode16(benchmark::State& st) {
 // One reduction of the whole arena through the Reducer (after backward, no overlap), per hook.
 void BM_HookReduce(benchmark::State& st) {
   const auto c = static_cast<Compression>(st.range(0));
-  auto ops = make_ops(Device::Cpu);
+  auto ops = make_cpu_backend();
   ConvNet model(*ops, 1);
   model.init(1);
   Reducer red(*g_mpi, model, 25 * 1024, false, c, PowerSgdConfig{2, 0, 2.0});
@@ -267,7 +267,9 @@ void BM_TraceSpan(benchmark::State& st) {
   int in_step = 0;
   tracer.begin_step(step, false);
   for (auto _ : st) {
-    { const TraceScope span(&tracer, "forward layer1", Track::Compute, SpanArgs{.layer = 0}); }
+    {
+      const TraceScope span(&tracer, "forward layer1", Track::Compute, SpanArgs{.layer = "layer1"});
+    }
     if (++in_step == 64) {
       tracer.end_step(Tracer::Ran::Eager, 100);
       tracer.begin_step(++step, false);

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "diagnostics/cuda/cuda_check.hpp"
+#include "mnist_ddp/diagnostics/cuda/cuda_check.hpp"
 #include "ops/cuda/direct_conv.cuh"
 
 namespace {

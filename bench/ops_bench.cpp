@@ -19,8 +19,8 @@
 
 namespace {
 
+using mnist_ddp::ConvGeom;
 using mnist_ddp::SplitMix64;
-using mnist_ddp::cpu::ConvGeom;
 
 std::vector<float> random_vec(std::size_t n, std::uint64_t seed) {
   SplitMix64 r(seed);
@@ -112,15 +112,15 @@ BENCHMARK(BM_ConvBackwardData)
 struct BnKernels {
   const char* label;
   void (*stats)(int, int, int, const float*, double, double, float*, float*, float*, float*,
-                const mnist_ddp::cpu::BnSync*);
+                const mnist_ddp::BnSync*);
   void (*forward)(int, int, int, int, const float*, const float*, const float*, const float*,
                   const float*, float*, std::uint8_t*);
   void (*backward)(int, int, int, int, const float*, const float*, const float*,
                    const std::uint8_t*, const float*, const float*, const float*, bool, float*,
-                   float*, float*, const mnist_ddp::cpu::BnSync*);
+                   float*, float*, const mnist_ddp::BnSync*);
 };
 void reference_stats(int c, int n, int hw, const float* x, double eps, double m, float* mean,
-                     float* is, float* rm, float* rv, const mnist_ddp::cpu::BnSync* sync) {
+                     float* is, float* rm, float* rv, const mnist_ddp::BnSync* sync) {
   mnist_ddp::cpu::batchnorm_stats(c, static_cast<std::size_t>(n) * hw, x, eps, m, mean, is, rm, rv,
                                   sync);
 }
@@ -131,7 +131,7 @@ int cpu_block() {
   return block;
 }
 void blocked_stats(int c, int n, int hw, const float* x, double eps, double m, float* mean,
-                   float* is, float* rm, float* rv, const mnist_ddp::cpu::BnSync* sync) {
+                   float* is, float* rm, float* rv, const mnist_ddp::BnSync* sync) {
   mnist_ddp::blocked::batchnorm_stats(cpu_block(), c, n, hw, x, eps, m, mean, is, rm, rv, sync);
 }
 void blocked_forward(int c, int n, int h, int w, const float* x, const float* gamma,
@@ -143,7 +143,7 @@ void blocked_forward(int c, int n, int h, int w, const float* x, const float* ga
 void blocked_backward(int c, int n, int h, int w, const float* x, const float* y, const float* dy,
                       const std::uint8_t* arg, const float* gamma, const float* mean,
                       const float* invstd, bool batch_stats, float* dx, float* dgamma, float* dbeta,
-                      const mnist_ddp::cpu::BnSync* sync) {
+                      const mnist_ddp::BnSync* sync) {
   mnist_ddp::blocked::bn_relu_pool_backward(cpu_block(), c, n, h, w, x, y, dy, arg, gamma, mean,
                                             invstd, batch_stats, dx, dgamma, dbeta, sync);
 }
@@ -210,8 +210,7 @@ struct ConvBuffers {
 // runs (the BM_Conv* above are the reference im2col + OpenBLAS kernels).
 // Args: layer (1|2), direction (0 forward, 1 backward-filter, 2 backward-data; layer 2 only).
 void BM_OneDnnConv(benchmark::State& st) {
-  auto ops =
-      mnist_ddp::make_ops(mnist_ddp::Device::Cpu, {.cpu_kernels = mnist_ddp::CpuKernels::OneDnn});
+  auto ops = mnist_ddp::make_cpu_backend({.cpu_kernels = mnist_ddp::CpuKernels::OneDnn});
   const ConvGeom g = geom(static_cast<int>(st.range(0)), 0);
   const int dir = static_cast<int>(st.range(1));
   ConvBuffers m(g);
@@ -306,9 +305,9 @@ BENCHMARK(BM_OneDnnConvBf16)
 // each CPU backend: this is the benchmark behind choosing oneDNN over im2col + OpenBLAS.
 // Arg: 0 = oneDNN, 1 = reference, 2 = oneDNN under --amp bf16 (skipped without bf16 units).
 void BM_ModelStep(benchmark::State& st) {
-  auto ops = mnist_ddp::make_ops(mnist_ddp::Device::Cpu,
-                                 {.cpu_kernels = st.range(0) == 1 ? mnist_ddp::CpuKernels::Reference
-                                                                  : mnist_ddp::CpuKernels::OneDnn});
+  auto ops = mnist_ddp::make_cpu_backend({.cpu_kernels = st.range(0) == 1
+                                                             ? mnist_ddp::CpuKernels::Reference
+                                                             : mnist_ddp::CpuKernels::OneDnn});
   st.SetLabel(st.range(0) == 0 ? "onednn" : st.range(0) == 1 ? "reference" : "onednn bf16");
   if (st.range(0) == 2) {
     if (mnist_ddp::bf16::cpu_units() == mnist_ddp::bf16::Units::None) {

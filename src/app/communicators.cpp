@@ -4,6 +4,7 @@
 #include <chrono>
 #include <thread>
 
+#include "mnist_ddp/app/cuda_backend.hpp"
 #include "mnist_ddp/comm/threaded_comm.hpp"
 #include "mnist_ddp/diagnostics/check.hpp"
 
@@ -15,7 +16,7 @@ constexpr std::chrono::milliseconds kWatchdogDumpGrace{1000};
 
 Communicators::Communicators(FlightRecorder& flight) : flight_(flight), control_(make_mpi_comm()) {
   abort_via_ = control_.get();
-  data_ = control_.get();
+  model_ = control_.get();
 }
 
 Communicators::~Communicators() {
@@ -34,7 +35,7 @@ void Communicators::start_watchdog(const Config& cfg, int rank, const std::strin
   flight_.arm(recorder ? static_cast<std::size_t>(cfg.flight_recorder) : 0, cfg.log_dir,
               cfg.flight_dump_signal);
   // No collective may stay in flight longer than --collective-timeout: the watchdog aborts the
-  // job through the data communicator once there is one (NCCL must be aborted too), else MPI.
+  // job through the model communicator once there is one (NCCL must be aborted too), else MPI.
   if (cfg.collective_timeout > 0) {
     watchdog_ = std::make_unique<CollectiveWatchdog>(cfg.collective_timeout, rank, host, [this] {
       // What every communicator was doing, for tools/flight_analyze, before the job ends.
@@ -58,28 +59,28 @@ void Communicators::watch(Comm& c, const char* name) {
 
 void Communicators::open_nccl() {
   // Collective: NCCL's unique id travels by MPI_Bcast from rank 0.
-  nccl_ = make_nccl_comm();
-  data_ = nccl_.get();
+  nccl_ = cuda_plugin().make_nccl_comm();
+  model_ = nccl_.get();
 }
 
-void Communicators::bind_data(const CommPlan& plan, void* stream) {
+void Communicators::bind_model(const CommPlan& plan, void* stream) {
   // Collectives on the model's memory: MPI on the CPU; on a GPU, NCCL or host-staged MPI.
   MNIST_DDP_CHECK(plan.nccl() == (nccl_ != nullptr), "NCCL opened against the plan");
   if (plan.gradients == GradientComm::HostStagedMpi) {
-    staged_ = make_host_staged_comm();
-    data_ = staged_.get();
+    staged_ = cuda_plugin().make_host_staged_comm();
+    model_ = staged_.get();
   }
-  if (data_ != control_.get()) {
-    watch(*data_, nccl_ ? "data (NCCL)" : "data (host-staged MPI)");
-    abort_via_ = data_;
+  if (model_ != control_.get()) {
+    watch(*model_, nccl_ ? "model (NCCL)" : "model (host-staged MPI)");
+    abort_via_ = model_;
   }
-  data_->bind_stream(stream);
+  model_->bind_stream(stream);
 }
 
 void Communicators::open_local(const CommPlan& plan, int color, void* stream) {
   // The group's collectives work where the gradients live, joined to the ops' stream.
   MNIST_DDP_CHECK(plan.local_sgd != LocalSgdComm::None, "a node-local group the plan has not");
-  local_ = plan.local_sgd == LocalSgdComm::NcclGroup ? make_nccl_group_comm(color)
+  local_ = plan.local_sgd == LocalSgdComm::NcclGroup ? cuda_plugin().make_nccl_group_comm(color)
                                                      : make_mpi_group_comm(color);
   local_->bind_stream(stream);
   watch(*local_, "node-local");
@@ -93,7 +94,7 @@ void Communicators::open_thread() {
 }
 
 TrainerComms Communicators::for_trainer(const CommPlan& plan) {
-  return TrainerComms{*control_, *data_, plan, local_.get(), thread_.get(), &flight_};
+  return TrainerComms{*control_, *model_, plan, local_.get(), thread_.get(), &flight_};
 }
 
 }  // namespace mnist_ddp

@@ -1,9 +1,11 @@
-// cuda_loader.cpp — the CUDA seam in the mnist_ddp binary (USE_CUDA=1): each function forwards to
-// libmnist_ddp_cuda.so (app/cuda_backend.hpp), which is loaded on first use, from the binary's
-// own directory (MNIST_DDP_CUDA_BACKEND names another file). A machine without an NVIDIA driver
-// has no GPU, and --device auto or cpu never loads the plugin there: cuDNN, cuBLAS, NCCL and the
-// CUDA runtime stay unmapped. The plugin is never unloaded (CUDA libraries do not survive
-// dlclose in a live process); main's teardown still releases the device (release_cuda_device).
+// cuda_loader.cpp — the CUDA seam in the mnist_ddp binary (USE_CUDA=1): cuda_plugin(), the table
+// of libmnist_ddp_cuda.so (app/cuda_backend.hpp), loaded on first use from the binary's own
+// directory (MNIST_DDP_CUDA_BACKEND names another file), and the few forwarding functions the
+// lower layers' calls need (the list's CALL, IF_LOADED and CUSTOM entries). A machine without an
+// NVIDIA driver has no GPU, and --device auto or cpu never loads the plugin there: cuDNN, cuBLAS,
+// NCCL and the CUDA runtime stay unmapped. The plugin is never unloaded (CUDA libraries do not
+// survive dlclose in a live process); main's teardown still releases the device
+// (release_cuda_device).
 #include <dlfcn.h>
 
 #include <cstdlib>
@@ -110,20 +112,24 @@ bool cuda_built() {
     if (const CudaBackend* t = plugin().table) t->field args;                \
   }
 #define MNIST_DDP_CUDA_FORWARD_CUSTOM(field, function, ret, params, args)
+// PLUGIN entries: none; the app reaches them through cuda_plugin().
+#define MNIST_DDP_CUDA_FORWARD_PLUGIN(field, function, ret, params, args)
 MNIST_DDP_CUDA_SEAM(MNIST_DDP_CUDA_SEAM_FORWARD)
 #undef MNIST_DDP_CUDA_SEAM_FORWARD
 #undef MNIST_DDP_CUDA_FORWARD_CALL
 #undef MNIST_DDP_CUDA_FORWARD_IF_LOADED
 #undef MNIST_DDP_CUDA_FORWARD_CUSTOM
+#undef MNIST_DDP_CUDA_FORWARD_PLUGIN
+
+const CudaBackend& cuda_plugin() {
+  return backend();
+}
 
 // The CUSTOM entries.
 int cuda_device_count() {
   // Without a driver there is no GPU, and the plugin (with the CUDA libraries) is not loaded to
   // be told so.
   return nvidia_driver_installed() ? backend().device_count() : 0;
-}
-StepRun StepGraphs::run(std::int64_t n, const std::function<void()>& body) {
-  return backend().step_graphs_run(*this, n, body);
 }
 
 }  // namespace mnist_ddp

@@ -50,7 +50,7 @@ int run(int argc, char** argv, int rank, int world, const MpiLocality& locality,
   const std::unique_ptr<Ops> ops = make_device_ops(comms, cfg, where, data);
   ConvNet model(*ops, std::max(cfg.train.schedule.batch_size, cfg.train.schedule.eval_batch_size));
   if (rank == 0) model.init(cfg.train.schedule.seed);
-  broadcast_model(comms.data(), model, comms.control());  // collective: rank 0's weights
+  broadcast_model(comms.model(), model, comms.control());  // collective: rank 0's weights
   open_extra_communicators(comms, cfg, *id, where, *ops, *log);
   const std::unique_ptr<StampClock> clock = ops->make_stamp_clock();
   Tracer tracer(*clock, !cfg.trace.empty(),

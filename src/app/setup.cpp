@@ -15,6 +15,7 @@
 
 #include "mnist_ddp/app/communicators.hpp"
 #include "mnist_ddp/app/config_file.hpp"
+#include "mnist_ddp/app/cuda_backend.hpp"
 #include "mnist_ddp/checkpoint/checkpoint.hpp"
 #include "mnist_ddp/checkpoint/dir_lock.hpp"
 #include "mnist_ddp/checkpoint/store.hpp"
@@ -115,8 +116,8 @@ Placement place(Comm& control, const Config& cfg, const Identity& id, const std:
     run_agreed(control, [&] {
       gpu = choose_gpu(id.local_rank, id.local_size, cuda_device_count(), p.plan.nccl());
     });
-    use_cuda_device(gpu);
-    p.device_text = fmt::format("cuda:{} {}", gpu, cuda_device_description(gpu));
+    cuda_plugin().use_device(gpu);
+    p.device_text = fmt::format("cuda:{} {}", gpu, cuda_plugin().device_description(gpu));
   }
   // Collective: every rank's placement (rank, local rank, host, pid, device with its PCI bus id)
   // in one allgather; rank 0 prints it as one table, and with NCCL every rank reaches the same
@@ -136,7 +137,7 @@ int print_env(const Identity& id, const Placement& where, const std::string& hos
                      host, id.pid, to_string(where.device), where.threads, usable_cores());
   if (where.device == Device::Cuda) {
     out += fmt::format("[rank {}] {}\n", id.rank, where.device_text);
-    for (const auto& line : cuda_library_versions())
+    for (const auto& line : cuda_plugin().library_versions())
       out += fmt::format("[rank {}] {}\n", id.rank, line);
   }
   std::fputs(out.c_str(), stdout);
@@ -326,11 +327,15 @@ DataSplit load_data(Comm& control, const Config& cfg, const Identity& id, const 
 std::unique_ptr<Ops> make_device_ops(Communicators& comms, const Config& cfg,
                                      const Placement& where, const DataSplit& data) {
   std::unique_ptr<Ops> ops;
-  run_agreed(comms.control(), [&] { ops = make_ops(where.device, cfg.backend); });
+  // The GPU backend through the plugin's one object; the CPU's from the registry.
+  run_agreed(comms.control(), [&] {
+    ops = where.device == Device::Cuda ? cuda_plugin().make_cuda_ops(cfg.backend)
+                                       : make_cpu_backend(cfg.backend);
+  });
   // NCCL joins the ops' stream by events (no host sync), so a step can be captured as a graph.
-  comms.bind_data(where.plan, ops->stream());
-  ops->load_dataset(Ops::kTrain, data.train);  // once: device-resident on a GPU
-  ops->load_dataset(Ops::kTest, data.test);
+  comms.bind_model(where.plan, ops->stream());
+  ops->load_dataset(Ops::kTrainSplit, data.train);  // once: device-resident on a GPU
+  ops->load_dataset(Ops::kEvalSplit, data.test);
   return ops;
 }
 

@@ -170,7 +170,7 @@ const float* ConvNet::forward(const float* x, int n, Mode mode) {
   for (std::size_t bi = 0; bi < blocks_.size(); ++bi) {
     Block& b = blocks_[bi];
     const TraceScope span(tracer_, kForwardSpans[bi], Track::Compute,
-                          SpanArgs{.layer = static_cast<int>(bi)});
+                          SpanArgs{.layer = kLayerNames[bi]});
     ConvGeom g = b.geom;
     g.n = n;
     const int k = g.k, h = g.out_h(), w = g.out_w();
@@ -191,7 +191,8 @@ const float* ConvNet::forward(const float* x, int n, Mode mode) {
                               b.invstd.data(), b.pooled.data(), b.argmax);
     in = b.pooled.data();
   }
-  const TraceScope span(tracer_, kForwardSpans[2], Track::Compute, SpanArgs{.layer = 2});
+  const TraceScope span(tracer_, kForwardSpans[2], Track::Compute,
+                        SpanArgs{.layer = kLayerNames[2]});
   // Flatten in PyTorch's order: activation layout -> [N][32*49].
   ops_.to_fc_rows(32, n, 49, in, flat_.data());
   ops_.linear_forward(n, kFcIn, 10, flat_.data(), param("fc.weight"), param("fc.bias"),
@@ -207,7 +208,8 @@ void ConvNet::backward(const float* dlogits, const std::function<void(int layer)
   MNIST_DDP_CHECK(mode_ != Mode::Eval, "backward after an eval-mode forward");
   const int n = n_;
   {
-    const TraceScope span(tracer_, kBackwardSpans[2], Track::Compute, SpanArgs{.layer = 2});
+    const TraceScope span(tracer_, kBackwardSpans[2], Track::Compute,
+                          SpanArgs{.layer = kLayerNames[2]});
     ops_.linear_backward(n, kFcIn, 10, flat_.data(), param("fc.weight"), dlogits, dflat_.data(),
                          grad("fc.weight"), grad("fc.bias"));
   }
@@ -217,7 +219,8 @@ void ConvNet::backward(const float* dlogits, const std::function<void(int layer)
   for (int bi = static_cast<int>(blocks_.size()) - 1; bi >= 0; --bi) {
     Block& b = blocks_[static_cast<std::size_t>(bi)];
     std::optional<TraceScope> span;  // closed before on_ready: the bucket launch is not backward
-    span.emplace(tracer_, kBackwardSpans[bi], Track::Compute, SpanArgs{.layer = bi});
+    span.emplace(tracer_, kBackwardSpans[bi], Track::Compute,
+                 SpanArgs{.layer = kLayerNames[static_cast<std::size_t>(bi)]});
     ConvGeom g = b.geom;
     g.n = n;
     const int k = g.k, h = g.out_h(), w = g.out_w();

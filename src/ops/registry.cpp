@@ -1,12 +1,10 @@
-// registry.cpp — the backend registry: which Ops a device and --cpu-kernels choose. Every backend
-// is linked into every build; in a CPU-only build the CUDA entry point is the stub that says
-// "built without CUDA", so no call site needs an #ifdef.
+// registry.cpp — the CPU backend registry: which Ops --cpu-kernels chooses. (The GPU backend is
+// the CUDA plugin's, reached by the app layer through its one object: app/cuda_backend.hpp.)
 #include "mnist_ddp/ops/ops.hpp"
 
 namespace mnist_ddp {
 
-std::unique_ptr<Ops> make_ops(Device device, const BackendOptions& options) {
-  if (device == Device::Cuda) return make_cuda_ops(options);
+std::unique_ptr<Ops> make_cpu_backend(const BackendOptions& options) {
   return options.cpu_kernels == CpuKernels::OneDnn ? make_dnnl_ops() : make_cpu_ops();
 }
 

@@ -26,7 +26,7 @@ std::string folder_of(const std::string& path) {
 nlohmann::json args_of(const TraceEvent& e) {
   nlohmann::json a = nlohmann::json::object();
   if (e.args.step >= 0) a["step"] = e.args.step;
-  if (e.args.layer >= 0) a["layer"] = e.args.layer;
+  if (e.args.layer != nullptr) a["layer"] = e.args.layer;
   if (e.args.bucket >= 0) a["bucket"] = e.args.bucket;
   if (e.args.bytes >= 0) a["bytes"] = e.args.bytes;
   if (e.args.batch >= 0) a["batch"] = e.args.batch;

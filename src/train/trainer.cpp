@@ -56,7 +56,7 @@ Trainer::Trainer(const TrainOptions& options, std::string stored_config, const T
                  Ops& ops, ConvNet& model, const DataSplit& data, Logger& log, Tracer* tracer)
     : opt_(resolved(options)),
       comm_(comms.control),
-      data_comm_(comms.data),
+      model_comm_(comms.model),
       local_comm_(comms.local),
       flight_(comms.flight),
       tracer_(tracer),
@@ -81,21 +81,21 @@ Trainer::Trainer(const TrainOptions& options, std::string stored_config, const T
   // The plan was made for this device and world; the communicators it opened must match it (a
   // GPU's Reducer works on device memory exactly when the collectives take it).
   MNIST_DDP_CHECK(plan.device_reducer() == (ops.device() == Device::Cuda) &&
-                      plan.device_reducer() == data_comm_.device_memory(),
-                  "the communication plan and the data communicator disagree on device memory");
-  MNIST_DDP_CHECK(!plan.graphs || data_comm_.capturable(),
-                  "CUDA graphs planned on a data communicator that cannot be captured");
+                      plan.device_reducer() == model_comm_.device_memory(),
+                  "the communication plan and the model communicator disagree on device memory");
+  MNIST_DDP_CHECK(!plan.graphs || model_comm_.capturable(),
+                  "CUDA graphs planned on a model communicator that cannot be captured");
   // Host clocks time a CPU step; a GPU step's host code only enqueues (or is a graph replay), so
   // the timeline's CUDA events time every kGpuPhaseSampleEvery-th step instead (one sync each):
   // eager steps always, graph replays with --trace (trace.hpp).
   time_phases_ = ops.device() == Device::Cpu;
   if (!time_phases_ && tracer != nullptr) tracer->sample_every(kGpuPhaseSampleEvery);
-  // Where the buckets are reduced. GPU: the data communicator (NCCL on its own stream while the
+  // Where the buckets are reduced. GPU: the model communicator (NCCL on its own stream while the
   // compute stream goes on with the earlier layers; host-staged MPI: blocking, through the
-  // host). CPU: the data communicator (MPI_Test from backward), or the communication thread.
-  bucket_comm_ = &data_comm_;
+  // host). CPU: the model communicator (MPI_Test from backward), or the communication thread.
+  bucket_comm_ = &model_comm_;
   if (plan.thread_engine) {
-    MNIST_DDP_CHECK(comms.thread != nullptr && comms.thread->size() == data_comm_.size(),
+    MNIST_DDP_CHECK(comms.thread != nullptr && comms.thread->size() == model_comm_.size(),
                     "the communication thread needs its own communicator over the same ranks");
     bucket_comm_ = comms.thread;
   }
@@ -106,15 +106,15 @@ Trainer::Trainer(const TrainOptions& options, std::string stored_config, const T
   reducer_->set_tracer(tracer);
   model.set_tracer(tracer);
   if (grads.sync_bn) {
-    // The exchange works on host doubles: the data communicator on the CPU, the host MPI
-    // communicator on a GPU (where the data communicator works on device memory).
-    bn_sync_ = make_sync_bn(ops.device() == Device::Cuda ? comm_ : data_comm_);
+    // The exchange works on host doubles: the model communicator on the CPU, the host MPI
+    // communicator on a GPU (where the model communicator works on device memory).
+    bn_sync_ = make_sync_bn(ops.device() == Device::Cuda ? comm_ : model_comm_);
     ops.set_bn_sync(&bn_sync_);
   }
   MNIST_DDP_CHECK(plan.local_sgd == LocalSgdComm::None || local_comm_ != nullptr,
                   "post-local SGD needs the node-local group");
   if (plan.graphs) {
-    graphs_ = std::make_unique<StepGraphs>(ops.stream(), capture_hooks(), opt_.seams.fail_capture);
+    graphs_ = ops.make_step_graphs(capture_hooks(), opt_.seams.fail_capture);
   } else if (!plan.why_no_graphs.empty()) {
     log.info("CUDA graphs off: " + plan.why_no_graphs);
   }
@@ -124,7 +124,7 @@ Trainer::Trainer(const TrainOptions& options, std::string stored_config, const T
   if (grads.amp != AmpMode::Off) {
     // Mixed precision: bf16 needs no loss scale (fp32's exponent range); fp16 gets the scaler,
     // whose scale multiplies the loss gradient and whose found-inf flag can skip SGD.
-    if (grads.amp == AmpMode::Fp16) scaler_ = make_grad_scaler(ops, LossScaleRule{});
+    if (grads.amp == AmpMode::Fp16) scaler_ = ops.make_grad_scaler(LossScaleRule{});
     ops.set_amp(grads.amp, scaler_ ? scaler_->scale() : nullptr,
                 scaler_ ? scaler_->found_inf() : nullptr);
   }
@@ -194,14 +194,14 @@ void Trainer::enqueue_step(int n, const MicroBatch& mb) {
                              SpanArgs{.batch = n});
   {
     const TraceScope span(tracer_, "data", Track::Compute);
-    ops_.gather_at_step(Ops::kTrain, n, data_.mean, data_.std, x_.data(), y_);
+    ops_.gather_at_step(Ops::kTrainSplit, n, data_.mean, data_.std, x_.data(), y_);
     if (mb.first()) {
       // Collective: DDP's broadcast_buffers — rank 0's BN running statistics before the forward
       // (only the first of a step's micro-batches: DDP's forward inside no_sync does not sync
       // buffers, nor the one after it). num_batches_tracked, on the host, advances in lockstep on
       // every rank: nothing to send. A blocking collective: its time is waiting (Comm), not data.
       if (time_phases_) phases_.begin_wait();
-      data_comm_.broadcast(model_.buffers(), 0);
+      model_comm_.broadcast(model_.buffers(), 0);
       if (time_phases_) phases_.end_wait();
     }
   }
@@ -244,7 +244,7 @@ void Trainer::enqueue_step(int n, const MicroBatch& mb) {
   mark(Phase::Comm);
   const TraceScope optimizer_span(tracer_, "optimizer", Track::Compute);
   // --amp fp16: the averaged gradients back to true scale; all ranks agree on inf/NaN.
-  if (scaler_) unscale_and_agree(*scaler_, data_comm_, model_.grads());
+  if (scaler_) unscale_and_agree(*scaler_, model_comm_, model_.grads());
   sgd_.step(model_.params(), model_.grads());  // a no-op where found_inf (set_amp)
   if (scaler_) scaler_->update();
   if (opt_.gradients.local_sgd.average_after(step_)) {
@@ -252,7 +252,7 @@ void Trainer::enqueue_step(int n, const MicroBatch& mb) {
     // node groups drift apart (momentum buffers stay local, as in PyTorch). A blocking collective:
     // its time is waiting (Comm), not optimizer compute (the straggler scores).
     if (time_phases_) phases_.begin_wait();
-    data_comm_.allreduce_avg(model_.params());
+    model_comm_.allreduce_avg(model_.params());
     if (time_phases_) phases_.end_wait();
   }
   if (mb.count > 1) ops_.zero(grad_sum_.numel(), grad_sum_.data());  // the next step's sum
@@ -286,17 +286,17 @@ void Trainer::end_step() {
 CaptureHooks Trainer::capture_hooks() {
   CaptureHooks h;
   // The step body counts nothing on the host (end_step does, after it): only the Reducer's and
-  // the data communicator's bookkeeping of the collectives it registered need putting back.
+  // the model communicator's bookkeeping of the collectives it registered need putting back.
   h.save = [this] {
     before_capture_.reducer = reducer_->mark();
-    before_capture_.data_comm = data_comm_.mark();
+    before_capture_.model_comm = model_comm_.mark();
     if (tracer_ != nullptr) before_capture_.trace = tracer_->mark();
   };
   // Collective (host MPI, once per captured batch size): did every rank capture the step?
   h.agree = [this](const std::string& mine) { return agree_first_failure(comm_, mine); };
   h.restore = [this] {
     reducer_->rewind(before_capture_.reducer);
-    data_comm_.rewind(before_capture_.data_comm);
+    model_comm_.rewind(before_capture_.model_comm);
     if (tracer_ != nullptr) tracer_->rewind(before_capture_.trace);
   };
   return h;
@@ -305,18 +305,18 @@ CaptureHooks Trainer::capture_hooks() {
 EvalResult Trainer::evaluate() {
   const HostTraceScope span(tracer_, "evaluate", SpanArgs{.step = step_});
   // Collective: evaluate the model every replica (and a checkpoint) would hold.
-  broadcast_buffers(data_comm_, model_, comm_);
+  broadcast_buffers(model_comm_, model_, comm_);
   const Shard shard = eval_shard(data_.test.count, comm_.rank(), comm_.size());
   std::vector<std::int64_t> order(static_cast<std::size_t>(shard.end - shard.begin));
   for (std::size_t i = 0; i < order.size(); ++i)
     order[i] = shard.begin + static_cast<std::int64_t>(i);
-  ops_.set_order(Ops::kTest, order);
+  ops_.set_order(Ops::kEvalSplit, order);
   double acc[4] = {0, 0, 0, 0};  // loss sum, top1, top5, count
   const int chunk = std::min(opt_.schedule.eval_batch_size, model_.max_batch());
   for (std::int64_t b = 0; b < static_cast<std::int64_t>(order.size()); b += chunk) {
     const int n = static_cast<int>(
         std::min<std::int64_t>(chunk, static_cast<std::int64_t>(order.size()) - b));
-    ops_.gather(Ops::kTest, b, n, data_.mean, data_.std, x_.data(), y_);
+    ops_.gather(Ops::kEvalSplit, b, n, data_.mean, data_.std, x_.data(), y_);
     const float* logits = model_.forward(x_.data(), n, Mode::Eval);
     acc[0] += ops_.softmax_cross_entropy(n, kClasses, logits, y_, nullptr, 1.0);
     acc[1] += ops_.topk_correct(n, kClasses, logits, y_, 1);
@@ -432,7 +432,7 @@ EvalResult Trainer::end_epoch(bool epoch_done) {
   if (window_images_ > 0) log_window();
   report_.comm_epoch(position(),
                      CommFigures{reducer_->take_stats(), std::exchange(micro_batches_, 0),
-                                 reducer_->buckets().size(), data_comm_.transport(),
+                                 reducer_->buckets().size(), model_comm_.transport(),
                                  ops_.device() == Device::Cuda});
   if (phases_.steps() > 0) {
     const std::size_t steps = phases_.steps();  // before take_medians() clears them
@@ -473,7 +473,7 @@ TrainResult Trainer::run() {
     const std::vector<std::int64_t> order = sampler.indices();
     const auto epoch_size = static_cast<std::int64_t>(order.size());
     // Once per epoch: the backend keeps the order next to the data (no per-step upload).
-    ops_.set_order(Ops::kTrain, order);
+    ops_.set_order(Ops::kTrainSplit, order);
     const std::int64_t epoch_first = offset_;
     clock_.start();
     while (offset_ < epoch_size && step_ < total_steps_ && stop == 0) {

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "../common/compare.hpp"
-#include "mnist_ddp/app/comm_plan.hpp"
+#include "mnist_ddp/app/plan_communication.hpp"
 #include "mnist_ddp/base/rng.hpp"
 #include "mnist_ddp/checkpoint/checkpoint.hpp"
 #include "mnist_ddp/checkpoint/store.hpp"
@@ -51,8 +51,8 @@ TEST(Ddp, ReplicasStayBitwiseIdentical) {
   broadcast_model(world(), model, world());
   const std::vector<float> initial(model.params().begin(), model.params().end());
   Logger log(r, temp_log_dir(), false);
-  ops->load_dataset(Ops::kTrain, data.train);
-  ops->load_dataset(Ops::kTest, data.test);
+  ops->load_dataset(Ops::kTrainSplit, data.train);
+  ops->load_dataset(Ops::kEvalSplit, data.test);
   Trainer t(cfg.train, config_json(cfg),
             TrainerComms{world(), world(), plan_communication(cfg, Device::Cpu, world().size())},
             *ops, model, data, log);
@@ -110,7 +110,7 @@ TEST(Ddp, AveragedGradientEqualsUnionBatchGradientFrozenBn) {
     ASSERT_LE(std::abs(a - b), bound) << "gradient element " << i;
   }
   // The same SGD step on both gives the same parameters (1-rank vs N-rank update).
-  cpu::SgdParams sp;
+  SgdParams sp;
   sp.lr = 0.1;
   sp.momentum = 0.9;
   Sgd s1(*ops, dist.params().size(), sp), s2(*ops, dist.params().size(), sp);

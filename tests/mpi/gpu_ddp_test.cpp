@@ -86,7 +86,7 @@ TEST(GpuDdp, AmpSkipIsAgreedAcrossRanks) {
   use_cuda_device(choose_gpu(rank, world, cuda_device_count(), false));
   auto ops = make_cuda_ops({.tf32 = false});
   auto staged = make_host_staged_comm();
-  auto scaler = make_grad_scaler(*ops, LossScaleRule{});
+  auto scaler = ops->make_grad_scaler(LossScaleRule{});
   ops->set_amp(AmpMode::Fp16, scaler->scale(), scaler->found_inf());
   constexpr std::size_t kN = 256;
   Tensor params({static_cast<int>(kN)}, Device::Cuda), grads({static_cast<int>(kN)}, Device::Cuda),

@@ -9,7 +9,7 @@
 #include <string>
 
 #include "mnist_ddp/app/cli.hpp"
-#include "mnist_ddp/app/comm_plan.hpp"
+#include "mnist_ddp/app/plan_communication.hpp"
 #include "mnist_ddp/comm/agree.hpp"
 #include "mnist_ddp/comm/comm.hpp"
 #include "mnist_ddp/launch/device.hpp"
@@ -19,8 +19,8 @@ namespace mnist_ddp {
 namespace {
 
 TEST(CommPlan, MatchesTheCommunicatorsItOpens) {
-  // The plan is pure (tests/unit/comm_plan_test.cpp); here it meets the real communicators it
-  // chooses: the Trainer refuses a plan whose device memory or capture disagrees with them.
+  // The plan is pure (tests/unit/plan_communication_test.cpp); here it meets the real communicators
+  // it chooses: the Trainer refuses a plan whose device memory or capture disagrees with them.
   Config cfg;  // --cuda-graphs on by default
   auto mpi = make_mpi_comm();
   CommPlan p = plan_communication(cfg, Device::Cpu, mpi->size());

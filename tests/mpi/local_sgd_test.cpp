@@ -20,7 +20,7 @@ TEST(LocalSgd, ReducerOnTheGroupAveragesWithinItOnly) {
   const int first = (r / 2) * 2, members = group->size();
   EXPECT_EQ(members, std::min(2, world->size() - first));
   EXPECT_EQ(group->rank(), r - first);
-  auto ops = make_ops(Device::Cpu);
+  auto ops = make_cpu_backend();
   ConvNet model(*ops, 1);
   Reducer red(*world, model, 25 * 1024, true, Compression::None);
   // Global first, then the group: each rank's gradient is its rank number.

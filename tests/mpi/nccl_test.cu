@@ -10,10 +10,10 @@
 #include <vector>
 
 #include "../common/gpu_probe.hpp"
-#include "diagnostics/cuda/cuda_check.hpp"
 #include "mnist_ddp/comm/agree.hpp"
 #include "mnist_ddp/comm/comm.hpp"
 #include "mnist_ddp/comm/reducer.hpp"
+#include "mnist_ddp/diagnostics/cuda/cuda_check.hpp"
 #include "mnist_ddp/launch/device.hpp"
 #include "mnist_ddp/model/model.hpp"
 #include "mnist_ddp/ops/ops.hpp"
@@ -125,10 +125,12 @@ TEST(Nccl, BucketedOverlapOnItsOwnStreamAveragesLikeOneAllReduce) {
   for (const Compression c : {Compression::None, Compression::Fp16, Compression::Bf16}) {
     Reducer reducer(*comm, model, 25 * 1024, /*overlap=*/true, c);
     ASSERT_EQ(reducer.buckets().size(), 3u);
-    StepGraphs graphs(ops->stream(), reducer_hooks(reducer, *comm, *host, &rm, &cm));
+    const std::unique_ptr<StepGraphs> graphs =
+        ops->make_step_graphs(reducer_hooks(reducer, *comm, *host, &rm, &cm),
+                              /*inject_failure=*/false);
     for (const StepRun e : {StepRun::Eager, StepRun::Captured, StepRun::Replayed}) {
       ops->upload(mine.data(), model.grads().data(), n * sizeof(float));
-      const StepRun ran = graphs.run(4, [&] {
+      const StepRun ran = graphs->run(4, [&] {
         for (int layer = ConvNet::kLayers - 1; layer >= 0; --layer) reducer.layer_ready(layer);
         reducer.finish();
       });
@@ -167,12 +169,13 @@ TEST(Nccl, FailedCaptureFallsBackToEagerOnEveryRank) {
   Reducer reducer(*comm, model, 25 * 1024, /*overlap=*/true);
   Reducer::Mark rm;
   Comm::Mark cm;
-  StepGraphs graphs(ops->stream(), reducer_hooks(reducer, *comm, *host, &rm, &cm),
-                    /*inject_failure=*/true);
+  const std::unique_ptr<StepGraphs> graphs =
+      ops->make_step_graphs(reducer_hooks(reducer, *comm, *host, &rm, &cm),
+                            /*inject_failure=*/true);
   const Comm::Mark before = comm->mark();
   for (const StepRun e : {StepRun::Eager, StepRun::FellBack, StepRun::Eager}) {
     ops->upload(mine.data(), model.grads().data(), n * sizeof(float));
-    const StepRun ran = graphs.run(4, [&] {
+    const StepRun ran = graphs->run(4, [&] {
       for (int layer = ConvNet::kLayers - 1; layer >= 0; --layer) reducer.layer_ready(layer);
       reducer.finish();
     });
@@ -183,10 +186,10 @@ TEST(Nccl, FailedCaptureFallsBackToEagerOnEveryRank) {
     for (float g : got) wrong += g == want ? 0 : 1;
     EXPECT_EQ(wrong, 0u) << "step run as " << static_cast<int>(ran);
   }
-  EXPECT_EQ(graphs.captured(), 0);
-  EXPECT_NE(graphs.last_failure().find("rank 0: CUDA error in cudaStreamSynchronize"),
+  EXPECT_EQ(graphs->captured(), 0);
+  EXPECT_NE(graphs->last_failure().find("rank 0: CUDA error in cudaStreamSynchronize"),
             std::string::npos)
-      << graphs.last_failure();
+      << graphs->last_failure();
   // Three steps of three buckets were counted: the failed capture's did not count.
   EXPECT_EQ(comm->mark().payload_bytes - before.payload_bytes, 3 * n * sizeof(float));
   EXPECT_EQ(reducer.take_stats().steps, 3);

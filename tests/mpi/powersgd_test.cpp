@@ -146,7 +146,7 @@ TEST_F(PowerSgdTest, ErrorFeedbackKeepsWhatCompressionLost) {
 }
 
 TEST_F(PowerSgdTest, CutsThisModelsBytesMoreThanFivefold) {
-  auto ops = make_ops(Device::Cpu);
+  auto ops = make_cpu_backend();
   ConvNet model(*ops, 2);
   model.init(1);
   std::uint64_t bytes[2] = {0, 0};

@@ -65,7 +65,7 @@ TEST_P(SyncBnTest, RanksEqualOneProcessOnTheUnionBatch) {
   std::vector<std::int32_t> y(static_cast<std::size_t>(total));
   for (auto& l : y) l = static_cast<std::int32_t>(g.below(10));
 
-  auto ops = make_ops(Device::Cpu, {.cpu_kernels = GetParam()});
+  auto ops = make_cpu_backend({.cpu_kernels = GetParam()});
   const Pass whole = run(*ops, x.data(), y.data(), total, 1.0 / total, nullptr);
   const BnSync sync = make_sync_bn(comm);
   Pass part = run(*ops, x.data() + static_cast<std::size_t>(first[me]) * 784, y.data() + first[me],

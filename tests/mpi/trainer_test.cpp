@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "../common/compare.hpp"
-#include "mnist_ddp/app/comm_plan.hpp"
+#include "mnist_ddp/app/plan_communication.hpp"
 #include "mnist_ddp/base/rng.hpp"
 #include "mnist_ddp/checkpoint/checkpoint.hpp"
 #include "mnist_ddp/checkpoint/store.hpp"
@@ -45,8 +45,8 @@ TEST(Trainer, EvaluationCountsEveryTestImageOnceAndRunTrains) {
   model.init(2);
   broadcast_model(world(), model, world());
   Logger log(world().rank(), temp_log_dir(), false);
-  ops->load_dataset(Ops::kTrain, data.train);
-  ops->load_dataset(Ops::kTest, data.test);
+  ops->load_dataset(Ops::kTrainSplit, data.train);
+  ops->load_dataset(Ops::kEvalSplit, data.test);
   Trainer t(cfg.train, config_json(cfg),
             TrainerComms{world(), world(), plan_communication(cfg, Device::Cpu, world().size())},
             *ops, model, data, log);

@@ -77,17 +77,17 @@ TEST(Amp, CpuBackendsTakeBf16WhereTheCpuHasTheUnits) {
     return "";
   };
   for (const CpuKernels kernels : {CpuKernels::Reference, CpuKernels::OneDnn}) {
-    auto ops = make_ops(Device::Cpu, {.cpu_kernels = kernels});
+    auto ops = make_cpu_backend({.cpu_kernels = kernels});
     EXPECT_NO_THROW(ops->set_amp(AmpMode::Off, nullptr, nullptr));
     const std::string fp16 = refused(*ops, AmpMode::Fp16);
     EXPECT_NE(fp16.find("--amp fp16: the CPU has no fp16 training units"), std::string::npos)
         << fp16;
   }
-  auto reference = make_ops(Device::Cpu, {.cpu_kernels = CpuKernels::Reference});
+  auto reference = make_cpu_backend({.cpu_kernels = CpuKernels::Reference});
   const std::string ref = refused(*reference, AmpMode::Bf16);
   EXPECT_NE(ref.find("drop --cpu-kernels reference"), std::string::npos) << ref;
 
-  auto onednn = make_ops(Device::Cpu, {.cpu_kernels = CpuKernels::OneDnn});
+  auto onednn = make_cpu_backend({.cpu_kernels = CpuKernels::OneDnn});
   const std::string bf16 = refused(*onednn, AmpMode::Bf16);
   if (dnnl_layout().bf16_units == "none") {
     EXPECT_NE(bf16.find("--amp bf16: bf16 training on the CPU needs AVX512-BF16"),

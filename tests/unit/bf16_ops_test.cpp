@@ -102,7 +102,7 @@ void expect_bf16_sums(const char* what, const std::vector<float>& ours, const DV
                            << " to the unrounded one";
 }
 
-class Bf16Ops : public ::testing::TestWithParam<cpu::ConvGeom> {
+class Bf16Ops : public ::testing::TestWithParam<ConvGeom> {
  protected:
   void SetUp() override {
     if (bf16::cpu_units() == bf16::Units::None) GTEST_SKIP() << "no bf16 units on this CPU";
@@ -110,7 +110,7 @@ class Bf16Ops : public ::testing::TestWithParam<cpu::ConvGeom> {
 };
 
 TEST_P(Bf16Ops, ConvolutionPassesAreFp32SumsOfBf16Copies) {
-  const cpu::ConvGeom g = GetParam();
+  const ConvGeom g = GetParam();
   auto ops = make_dnnl_ops(16);
   ops->set_amp(AmpMode::Bf16, nullptr, nullptr);
   const int ihw = g.h * g.w, ohw = g.out_h() * g.out_w();
@@ -176,8 +176,8 @@ TEST_P(Bf16Ops, ConvolutionPassesAreFp32SumsOfBf16Copies) {
   EXPECT_EQ(y2, y);
 }
 INSTANTIATE_TEST_SUITE_P(ModelShapes, Bf16Ops,
-                         ::testing::Values(cpu::ConvGeom{7, 1, 28, 28, 16, 5, 2},
-                                           cpu::ConvGeom{7, 16, 14, 14, 32, 5, 2}));
+                         ::testing::Values(ConvGeom{7, 1, 28, 28, 16, 5, 2},
+                                           ConvGeom{7, 16, 14, 14, 32, 5, 2}));
 
 // One backend through batch sizes that change (an epoch's short last batch, evaluation's larger
 // one) and back, on one and on two compute threads: each geometry's passes keep their own
@@ -190,7 +190,7 @@ TEST(Bf16Geometries, BatchSizesThatChangeAndThreadsKeepEachGeometryExact) {
     ops->set_amp(AmpMode::Bf16, nullptr, nullptr);
     std::vector<std::vector<float>> first;
     for (const int n : {7, 3, 11, 7, 3}) {
-      const cpu::ConvGeom g{n, 16, 14, 14, 32, 5, 2};
+      const ConvGeom g{n, 16, 14, 14, 32, 5, 2};
       const auto x = uniform_floats(static_cast<std::size_t>(n) * 16 * 196, 11);
       const auto w = uniform_floats(32 * 16 * 25, 12), b = uniform_floats(32, 13);
       const auto dy = uniform_floats(static_cast<std::size_t>(n) * 32 * 196, 14);

@@ -38,7 +38,7 @@ struct Differences {
   double grad, forward;
   bool guards_intact;  // nothing written past the end of dw, db or y
 };
-Differences worst_difference(int block, const cpu::ConvGeom& g) {
+Differences worst_difference(int block, const ConvGeom& g) {
   const std::size_t in = static_cast<std::size_t>(g.n) * g.h * g.w;
   const std::size_t out = static_cast<std::size_t>(g.k) * g.n * g.out_h() * g.out_w();
   const std::size_t wn = static_cast<std::size_t>(g.k) * g.r * g.r;
@@ -72,7 +72,7 @@ Differences worst_difference(int block, const cpu::ConvGeom& g) {
   return {worst_of(grad, grad_ref), worst_of(y, y_ref), guards};
 }
 
-class ImageConv : public ::testing::TestWithParam<std::tuple<int, cpu::ConvGeom>> {};
+class ImageConv : public ::testing::TestWithParam<std::tuple<int, ConvGeom>> {};
 
 TEST_P(ImageConv, MatchesTheReferenceInDouble) {
   if constexpr (!kAvx2Build) {
@@ -94,7 +94,7 @@ TEST(ImageConv, AnOddNumberOfLaneGroups) {
   if constexpr (!kAvx2Build) {
     GTEST_SKIP() << "this build has no AVX2+FMA kernels";
   } else {
-    const Differences d = worst_difference(8, cpu::ConvGeom{2, 1, 12, 10, 24, 5, 2});
+    const Differences d = worst_difference(8, ConvGeom{2, 1, 12, 10, 24, 5, 2});
     EXPECT_LT(d.grad, 3e-5);
     EXPECT_LT(d.forward, 1e-5);
     EXPECT_TRUE(d.guards_intact);
@@ -103,34 +103,32 @@ TEST(ImageConv, AnOddNumberOfLaneGroups) {
 
 INSTANTIATE_TEST_SUITE_P(
     BlocksAndGeometries, ImageConv,
-    ::testing::Combine(::testing::Values(8, 16),
-                       ::testing::Values(cpu::ConvGeom{3, 1, 28, 28, 16, 5, 2},  // layer1
-                                         cpu::ConvGeom{2, 1, 9, 7, 32, 3, 1},
-                                         cpu::ConvGeom{2, 1, 6, 5, 16, 1, 0},
-                                         cpu::ConvGeom{2, 1, 8, 9, 16, 4, 0},
-                                         cpu::ConvGeom{2, 1, 7, 6, 16, 2, 1},
-                                         cpu::ConvGeom{2, 1, 9, 11, 16, 6, 2},
-                                         cpu::ConvGeom{2, 1, 10, 8, 16, 7, 3},
-                                         cpu::ConvGeom{2, 1, 4, 3, 16, 3, 1},     // rows < 5
-                                         cpu::ConvGeom{2, 1, 5, 4, 16, 3, 3})));  // pad > R
+    ::testing::Combine(
+        ::testing::Values(8, 16),
+        ::testing::Values(ConvGeom{3, 1, 28, 28, 16, 5, 2},  // layer1
+                          ConvGeom{2, 1, 9, 7, 32, 3, 1}, ConvGeom{2, 1, 6, 5, 16, 1, 0},
+                          ConvGeom{2, 1, 8, 9, 16, 4, 0}, ConvGeom{2, 1, 7, 6, 16, 2, 1},
+                          ConvGeom{2, 1, 9, 11, 16, 6, 2}, ConvGeom{2, 1, 10, 8, 16, 7, 3},
+                          ConvGeom{2, 1, 4, 3, 16, 3, 1},     // rows < 5
+                          ConvGeom{2, 1, 5, 4, 16, 3, 3})));  // pad > R
 
 TEST(ImageConv, RefusesWhatItCannotCompute) {
   if constexpr (!kAvx2Build) {
     GTEST_SKIP() << "this build has no AVX2+FMA kernels";
   } else {
     std::vector<float> buf(4096);
-    const auto call = [&](int block, cpu::ConvGeom g) {
+    const auto call = [&](int block, ConvGeom g) {
       blocked::image_filter_grad(block, g, buf.data(), buf.data(), buf.data(), buf.data());
     };
-    EXPECT_DEATH(blocked::image_conv_forward(8, cpu::ConvGeom{1, 2, 8, 8, 16, 3, 1}, buf.data(),
+    EXPECT_DEATH(blocked::image_conv_forward(8, ConvGeom{1, 2, 8, 8, 16, 3, 1}, buf.data(),
                                              buf.data(), buf.data(), buf.data()),
                  "1 input channel");
-    EXPECT_DEATH(call(8, cpu::ConvGeom{1, 2, 8, 8, 16, 3, 1}), "1 input channel");
-    EXPECT_DEATH(call(16, cpu::ConvGeom{1, 1, 8, 8, 24, 3, 1}), "1 input channel");
-    EXPECT_DEATH(call(8, cpu::ConvGeom{1, 1, 8, 8, 16, 9, 4}), "filter width 1..7");
-    EXPECT_DEATH(call(8, cpu::ConvGeom{1, 1, 4, 4, 16, 7, 1}), "within the padded image");
-    EXPECT_DEATH(call(8, cpu::ConvGeom{1, 1, 8, 8, 16, 3, -1}), "within the padded image");
-    EXPECT_DEATH(call(4, cpu::ConvGeom{1, 1, 8, 8, 16, 3, 1}), "8 or 16");
+    EXPECT_DEATH(call(8, ConvGeom{1, 2, 8, 8, 16, 3, 1}), "1 input channel");
+    EXPECT_DEATH(call(16, ConvGeom{1, 1, 8, 8, 24, 3, 1}), "1 input channel");
+    EXPECT_DEATH(call(8, ConvGeom{1, 1, 8, 8, 16, 9, 4}), "filter width 1..7");
+    EXPECT_DEATH(call(8, ConvGeom{1, 1, 4, 4, 16, 7, 1}), "within the padded image");
+    EXPECT_DEATH(call(8, ConvGeom{1, 1, 8, 8, 16, 3, -1}), "within the padded image");
+    EXPECT_DEATH(call(4, ConvGeom{1, 1, 8, 8, 16, 3, 1}), "8 or 16");
   }
 }
 

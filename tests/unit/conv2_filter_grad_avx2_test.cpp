@@ -30,7 +30,7 @@ constexpr std::size_t kGuard = 64;  // elements past dw and db, which must stay 
 struct Ours {
   std::vector<float> dw, db;
 };
-Ours ours(const cpu::ConvGeom& g, const std::vector<float>& x, const std::vector<float>& dy) {
+Ours ours(const ConvGeom& g, const std::vector<float>& x, const std::vector<float>& dy) {
   const int ihw = g.h * g.w, ohw = g.out_h() * g.out_w();
   std::vector<float> xb(x.size()), dyb(dy.size());
   blocked::from_cnhw(8, g.c, g.n, ihw, x.data(), xb.data());
@@ -49,7 +49,7 @@ struct Difference {
   double worst;
   bool guards_intact;
 };
-Difference against_reference(const cpu::ConvGeom& g) {
+Difference against_reference(const ConvGeom& g) {
   const std::size_t in = static_cast<std::size_t>(g.c) * g.n * g.h * g.w;
   const std::size_t out = static_cast<std::size_t>(g.k) * g.n * g.out_h() * g.out_w();
   const std::size_t wn = static_cast<std::size_t>(g.k) * g.c * g.r * g.r;
@@ -75,7 +75,7 @@ Difference against_reference(const cpu::ConvGeom& g) {
   return {worst, intact(o.dw, wn) && intact(o.db, g.k)};
 }
 
-class ChannelConv : public ::testing::TestWithParam<cpu::ConvGeom> {};
+class ChannelConv : public ::testing::TestWithParam<ConvGeom> {};
 
 TEST_P(ChannelConv, MatchesTheReferenceInDouble) {
   if constexpr (!kAvx2Build) {
@@ -91,15 +91,15 @@ TEST_P(ChannelConv, MatchesTheReferenceInDouble) {
 
 INSTANTIATE_TEST_SUITE_P(
     Geometries, ChannelConv,
-    ::testing::Values(cpu::ConvGeom{3, 16, 14, 14, 32, 5, 2},  // layer2
-                      cpu::ConvGeom{2, 8, 9, 7, 24, 3, 1},     // an odd number of lane groups
-                      cpu::ConvGeom{2, 24, 6, 7, 24, 3, 1},    // ... and three input blocks
-                      cpu::ConvGeom{2, 8, 6, 5, 8, 1, 0}, cpu::ConvGeom{2, 16, 8, 9, 16, 4, 0},
-                      cpu::ConvGeom{2, 8, 7, 6, 16, 2, 1}, cpu::ConvGeom{2, 8, 9, 11, 8, 6, 2},
-                      cpu::ConvGeom{2, 8, 10, 8, 16, 7, 3},
-                      cpu::ConvGeom{10, 8, 7, 9, 16, 3, 1},   // past a chunk; odd interior
-                      cpu::ConvGeom{2, 8, 2, 3, 16, 5, 2},    // narrower than the filter
-                      cpu::ConvGeom{2, 8, 5, 4, 16, 3, 3}));  // pad > R
+    ::testing::Values(ConvGeom{3, 16, 14, 14, 32, 5, 2},  // layer2
+                      ConvGeom{2, 8, 9, 7, 24, 3, 1},     // an odd number of lane groups
+                      ConvGeom{2, 24, 6, 7, 24, 3, 1},    // ... and three input blocks
+                      ConvGeom{2, 8, 6, 5, 8, 1, 0}, ConvGeom{2, 16, 8, 9, 16, 4, 0},
+                      ConvGeom{2, 8, 7, 6, 16, 2, 1}, ConvGeom{2, 8, 9, 11, 8, 6, 2},
+                      ConvGeom{2, 8, 10, 8, 16, 7, 3},
+                      ConvGeom{10, 8, 7, 9, 16, 3, 1},   // past a chunk; odd interior
+                      ConvGeom{2, 8, 2, 3, 16, 5, 2},    // narrower than the filter
+                      ConvGeom{2, 8, 5, 4, 16, 3, 3}));  // pad > R
 
 // The oneDNN backend at block 8 runs ours where the rank computes on one thread (the same bits
 // as the kernel called directly), and oneDNN's multi-threaded kernel at two (other sums: other
@@ -108,7 +108,7 @@ TEST(ChannelConv, TheBackendRunsItOnOneThread) {
   if constexpr (!kAvx2Build) {
     GTEST_SKIP() << "this build has no AVX2+FMA kernels";
   } else {
-    const cpu::ConvGeom g{8, 16, 14, 14, 32, 5, 2};
+    const ConvGeom g{8, 16, 14, 14, 32, 5, 2};
     const auto x = uniform_floats(static_cast<std::size_t>(g.c) * g.n * g.h * g.w, 3);
     const auto dy = uniform_floats(static_cast<std::size_t>(g.k) * g.n * g.out_h() * g.out_w(), 4);
     const Ours direct = ours(g, x, dy);
@@ -145,14 +145,14 @@ TEST(ChannelConv, RefusesWhatItCannotCompute) {
     GTEST_SKIP() << "this build has no AVX2+FMA kernels";
   } else {
     std::vector<float> buf(65536);
-    const auto call = [&](cpu::ConvGeom g) {
+    const auto call = [&](ConvGeom g) {
       blocked::channel_filter_grad(g, buf.data(), buf.data(), buf.data(), buf.data());
     };
-    EXPECT_DEATH(call(cpu::ConvGeom{1, 12, 8, 8, 16, 3, 1}), "multiples of 8");
-    EXPECT_DEATH(call(cpu::ConvGeom{1, 8, 8, 8, 20, 3, 1}), "multiples of 8");
-    EXPECT_DEATH(call(cpu::ConvGeom{1, 8, 8, 8, 16, 9, 4}), "filter width 1..7");
-    EXPECT_DEATH(call(cpu::ConvGeom{1, 8, 4, 4, 16, 7, 1}), "within the padded image");
-    EXPECT_DEATH(call(cpu::ConvGeom{1, 8, 8, 8, 16, 3, -1}), "within the padded image");
+    EXPECT_DEATH(call(ConvGeom{1, 12, 8, 8, 16, 3, 1}), "multiples of 8");
+    EXPECT_DEATH(call(ConvGeom{1, 8, 8, 8, 20, 3, 1}), "multiples of 8");
+    EXPECT_DEATH(call(ConvGeom{1, 8, 8, 8, 16, 9, 4}), "filter width 1..7");
+    EXPECT_DEATH(call(ConvGeom{1, 8, 4, 4, 16, 7, 1}), "within the padded image");
+    EXPECT_DEATH(call(ConvGeom{1, 8, 8, 8, 16, 3, -1}), "within the padded image");
   }
 }
 

@@ -376,7 +376,7 @@ TEST_F(GpuOps, LinearLossSgdAndGatherMatchCpu) {
   expect_close("linear dw", host(gdw, dw.size()), dw, 1e-5, 1e-4);
   expect_close("linear db", host(gdb, out), db, 1e-5, 1e-4);
   // SGD (momentum, nesterov, weight decay), two steps.
-  cpu::SgdParams s;
+  SgdParams s;
   s.lr = 0.1;
   s.momentum = 0.9;
   s.weight_decay = 1e-3;
@@ -398,10 +398,10 @@ TEST_F(GpuOps, LinearLossSgdAndGatherMatchCpu) {
   for (auto& v : d.images) v = static_cast<std::uint8_t>(r.below(256));
   for (auto& v : d.labels) v = static_cast<std::uint8_t>(r.below(10));
   const std::vector<std::int64_t> order = {49, 3, 17, 17, 0, 25};
-  gpu_->load_dataset(Ops::kTest, d);
-  gpu_->set_order(Ops::kTest, order);
+  gpu_->load_dataset(Ops::kEvalSplit, d);
+  gpu_->set_order(Ops::kEvalSplit, order);
   float* gxb = dev_zeros(4 * kImagePixels);
-  gpu_->gather(Ops::kTest, 2, 4, 0.3f, 0.2f, gxb, glab);
+  gpu_->gather(Ops::kEvalSplit, 2, 4, 0.3f, 0.2f, gxb, glab);
   std::vector<float> xb(4 * kImagePixels);
   std::vector<std::int32_t> yb(4), gyb(4);
   gather_batch(d, std::span<const std::int64_t>(order).subspan(2, 4), 0.3f, 0.2f, xb.data(),
@@ -425,7 +425,7 @@ TEST_F(GpuOps, TrainingStepsMatchCpuAndCheckpointMovesAcross) {
   gpu_->upload(y.data(), gy, n * sizeof(std::int32_t));
   std::vector<float> dl(n * 10);
   float* gdl = dev_zeros(n * 10);
-  cpu::SgdParams s;
+  SgdParams s;
   s.lr = 0.05;
   s.momentum = 0.9;
   Sgd sa(*cpu_, a.params().size(), s), sb(*gpu_, b.params().size(), s);
@@ -534,7 +534,7 @@ TEST_F(GpuOps, GradScalerKernelsFollowTheHostRule) {
   LossScaleRule rule;
   rule.init_scale = 1024;
   rule.growth_interval = 3;
-  auto scaler = make_grad_scaler(*gpu_, rule);
+  auto scaler = gpu_->make_grad_scaler(rule);
   LossScalerState want{rule.init_scale, 0};
   // 0: clean, 1: an inf gradient, 2: a NaN gradient.
   const int pattern[] = {0, 0, 0, 0, 1, 0, 0, 0, 2, 2, 0, 0, 0, 0, 0, 0};
@@ -571,7 +571,7 @@ TEST_F(GpuOps, GradScalerKernelsFollowTheHostRule) {
 }
 
 TEST_F(GpuOps, AmpScalesTheLossGradientAndSkipsTheStepOnInf) {
-  auto scaler = make_grad_scaler(*gpu_, LossScaleRule{});
+  auto scaler = gpu_->make_grad_scaler(LossScaleRule{});
   const int n = 16, classes = 10;
   float* logits = dev(rnd(static_cast<std::size_t>(n) * classes, 31, -3, 3));
   std::vector<std::int32_t> labels(n);
@@ -619,7 +619,7 @@ TEST_F(GpuOps, AmpScalesTheLossGradientAndSkipsTheStepOnInf) {
 // gradient (PyTorch: the buffer is created by the first optimizer.step() GradScaler lets run),
 // not as (1 - dampening) x gradient; the step after that is an ordinary momentum step.
 TEST_F(GpuOps, AmpFirstUpdateIsTheFirstStepThatUpdates) {
-  auto scaler = make_grad_scaler(*gpu_, LossScaleRule{});
+  auto scaler = gpu_->make_grad_scaler(LossScaleRule{});
   gpu_->set_amp(AmpMode::Fp16, scaler->scale(), scaler->found_inf());
   const std::size_t np = 1000;
   const auto p = rnd(np, 42), g1 = rnd(np, 43), g2 = rnd(np, 44), buf = rnd(np, 45);

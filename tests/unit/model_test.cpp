@@ -117,7 +117,7 @@ OracleAnswer ask_pytorch(const std::string& input, std::size_t count) {
 }
 
 void check_against_pytorch(Mode mode, CpuKernels kernels) {
-  auto ops = make_ops(Device::Cpu, {.cpu_kernels = kernels});
+  auto ops = make_cpu_backend({.cpu_kernels = kernels});
   const int n = 6;
   ConvNet m(*ops, n);
   m.init(3);

@@ -11,7 +11,7 @@ namespace {
 
 TEST(Sgd, PlainStep) {
   double p = 1.0, g = 0.5, buf = 0;
-  cpu::SgdParams s;
+  SgdParams s;
   s.lr = 0.1;
   cpu::sgd_step(1, &p, &g, &buf, s, true);
   EXPECT_DOUBLE_EQ(p, 1.0 - 0.1 * 0.5);
@@ -20,7 +20,7 @@ TEST(Sgd, PlainStep) {
 TEST(Sgd, MomentumWeightDecayDampeningMatchTorch) {
   // torch.optim.SGD([p], lr=0.1, momentum=0.9, dampening=0.2, weight_decay=0.01), p=1, g=0.5 then
   // 0.25
-  cpu::SgdParams s;
+  SgdParams s;
   s.lr = 0.1;
   s.momentum = 0.9;
   s.dampening = 0.2;
@@ -39,7 +39,7 @@ TEST(Sgd, MomentumWeightDecayDampeningMatchTorch) {
 }
 
 TEST(Sgd, Nesterov) {
-  cpu::SgdParams s;
+  SgdParams s;
   s.lr = 0.5;
   s.momentum = 0.5;
   s.nesterov = true;

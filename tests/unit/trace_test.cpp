@@ -122,7 +122,7 @@ TEST(Tracer, AGraphCapturedBeforeTheWindowIsReplayedInItWithItsOwnStampsReadAgai
   t.begin_step(1, true);
   clock.now = 100;
   {
-    const TraceScope s(&t, "forward layer1", Track::Compute, SpanArgs{.layer = 0});
+    const TraceScope s(&t, "forward layer1", Track::Compute, SpanArgs{.layer = "layer1"});
     clock.now = 130;
   }
   t.end_step(Tracer::Ran::Captured, 100);
@@ -137,7 +137,7 @@ TEST(Tracer, AGraphCapturedBeforeTheWindowIsReplayedInItWithItsOwnStampsReadAgai
   EXPECT_DOUBLE_EQ(t.events()[0].ts_us, 5100);
   EXPECT_DOUBLE_EQ(t.events()[0].dur_us, 30);
   EXPECT_EQ(t.events()[0].args.step, 5);  // the replayed step's number, not the capture's
-  EXPECT_EQ(t.events()[0].args.layer, 0);
+  EXPECT_STREQ(t.events()[0].args.layer, "layer1");
   // A replay of a batch size never captured leaves nothing (and no stale template).
   t.begin_step(6, true);
   t.end_step(Tracer::Ran::Replayed, 64);
@@ -240,7 +240,7 @@ TEST(TraceOutput, OneRanksEventsAreChromeTraceEventsOnNamedTracksOneLanePerBucke
   ev[0].ts_us = 12.5;
   ev[0].dur_us = 3;
   ev[0].args.step = 7;
-  ev[0].args.layer = 2;
+  ev[0].args.layer = "fc";
   ev[1].name = "allreduce bucket 1";
   ev[1].track = Track::Comm;
   ev[1].ts_us = 13;
@@ -276,7 +276,7 @@ TEST(TraceOutput, OneRanksEventsAreChromeTraceEventsOnNamedTracksOneLanePerBucke
   EXPECT_EQ(span["tid"], 0);
   EXPECT_EQ(span["ts"], 1012.5);  // shifted onto the job's timeline
   EXPECT_EQ(span["dur"], 3);
-  EXPECT_EQ(span["args"], (nlohmann::json{{"step", 7}, {"layer", 2}}));
+  EXPECT_EQ(span["args"], (nlohmann::json{{"step", 7}, {"layer", "fc"}}));
   const auto& bucket = j[j.size() - 3];
   EXPECT_EQ(bucket["tid"], 2);
   EXPECT_EQ(bucket["cat"], "communication");

@@ -1,5 +1,5 @@
 // communicators.hpp — every communicator of a run in one owner: the control communicator (MPI on
-// host memory: agreement, metrics, evaluation sums), the data communicator (where the gradients
+// host memory: agreement, metrics, evaluation sums), the model communicator (where the gradients
 // live: that same MPI one on the CPU; NCCL, or host-staged MPI with --comm mpi, on a GPU), the
 // node-local group of post-local SGD and the communication thread's duplicate of the world; the
 // collective watchdog they all report to, and the communicator it aborts the job through (the
@@ -11,7 +11,7 @@
 #include <string>
 
 #include "mnist_ddp/app/cli.hpp"
-#include "mnist_ddp/app/comm_plan.hpp"
+#include "mnist_ddp/app/plan_communication.hpp"
 #include "mnist_ddp/comm/comm.hpp"
 #include "mnist_ddp/comm/flight_recorder.hpp"
 #include "mnist_ddp/launch/device.hpp"
@@ -32,7 +32,7 @@ class Communicators {
   Communicators& operator=(const Communicators&) = delete;
 
   Comm& control() { return *control_; }
-  Comm& data() { return *data_; }
+  Comm& model() { return *model_; }         // the model's memory: the gradients, buffers, averages
   Comm* local() { return local_.get(); }    // nullptr unless --local-sgd-start >= 0
   Comm* thread() { return thread_.get(); }  // nullptr unless the CPU's communication thread
   FlightRecorder& flight() { return flight_; }
@@ -45,9 +45,9 @@ class Communicators {
   // Collective: the NCCL communicator (bootstrapped through MPI), before the ops exist.
   void open_nccl();
   // Collective when the plan stages gradients through the host (a GPU with --comm mpi): the
-  // host-staged MPI communicator. Then the data communicator joins the ops' stream (NCCL by
+  // host-staged MPI communicator. Then the model communicator joins the ops' stream (NCCL by
   // events: a step stays capturable as a graph).
-  void bind_data(const CommPlan& plan, void* stream);
+  void bind_model(const CommPlan& plan, void* stream);
   // Collective: post-local SGD's group of this color (plan.local_sgd: MPI or NCCL).
   void open_local(const CommPlan& plan, int color, void* stream);
   // Collective: the communication thread's own duplicate of the world (collectives on one
@@ -66,7 +66,7 @@ class Communicators {
   std::unique_ptr<CollectiveWatchdog> watchdog_;
   std::unique_ptr<Comm> nccl_;
   std::unique_ptr<Comm> staged_;
-  Comm* data_ = nullptr;
+  Comm* model_ = nullptr;
   std::unique_ptr<Comm> local_;
   std::unique_ptr<Comm> thread_;
 };

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "mnist_ddp/app/cli.hpp"
-#include "mnist_ddp/app/comm_plan.hpp"
+#include "mnist_ddp/app/plan_communication.hpp"
 #include "mnist_ddp/app/setup.hpp"
 #include "mnist_ddp/data/dataset.hpp"
 #include "mnist_ddp/diagnostics/log.hpp"

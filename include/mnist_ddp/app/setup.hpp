@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "mnist_ddp/app/cli.hpp"
-#include "mnist_ddp/app/comm_plan.hpp"
+#include "mnist_ddp/app/plan_communication.hpp"
 #include "mnist_ddp/comm/comm.hpp"
 #include "mnist_ddp/data/dataset.hpp"
 #include "mnist_ddp/diagnostics/log.hpp"
@@ -74,7 +74,7 @@ std::unique_ptr<DirLock> lock_checkpoint_dir(Comm& control, const Config& cfg);
 // Where this rank runs and with how many compute threads.
 struct Placement {
   Device device = Device::Cpu;
-  CommPlan plan;                     // every communicator and step-capture choice (comm_plan.hpp)
+  CommPlan plan;  // every communicator and step-capture choice (app/plan_communication.hpp)
   std::string device_text;           // "cpu" | "cuda:N <name> (pci ...)"
   int threads = 1;                   // BLAS/oneDNN threads of this rank
   std::vector<RankPlacement> ranks;  // every rank's, in rank order
@@ -108,7 +108,7 @@ void check_trace_target(Comm& control, const Config& cfg);
 DataSplit load_data(Comm& control, const Config& cfg, const Identity& id, const Placement& where,
                     Logger& log);
 
-// Collective (agreement): the ops of the placement's device; the data communicator joined to
+// Collective (agreement): the ops of the placement's device; the model communicator joined to
 // their stream (host-staged MPI made first on a GPU without NCCL); both splits loaded (on a GPU,
 // device-resident once).
 std::unique_ptr<Ops> make_device_ops(Communicators& comms, const Config& cfg,

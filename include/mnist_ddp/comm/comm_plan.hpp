@@ -1,8 +1,8 @@
 // comm_plan.hpp — the shape of a run's communication plan: which communicator carries the
 // gradients, whether the CPU's communication thread runs, which communicator post-local SGD's
 // groups use, and whether training steps are CUDA graphs (and why not). It is decided in one place
-// from the configuration (app/comm_plan.hpp plan_communication); the communicators' owner opens
-// what it names and the trainer reads it, never deciding again.
+// from the configuration (app/plan_communication.hpp plan_communication); the communicators' owner
+// opens what it names and the trainer reads it, never deciding again.
 #pragma once
 
 #include <string>

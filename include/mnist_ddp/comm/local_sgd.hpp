@@ -2,7 +2,7 @@
 // PeriodicModelAverager): gradients averaged over the whole job for the first --local-sgd-start
 // steps, then only within each node's group, with the parameters averaged over all ranks every
 // --local-sgd-period steps from then on. Which communicator carries the groups is the
-// communication plan's (app/comm_plan.hpp); the trainer asks this schedule at every step.
+// communication plan's (app/plan_communication.hpp); the trainer asks this schedule at every step.
 #pragma once
 
 #include <cstdint>

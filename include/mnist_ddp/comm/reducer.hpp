@@ -34,7 +34,7 @@ struct ReducerStats {
 
 class Reducer {
  public:
-  // comm: where the buckets are reduced (the data communicator, or the communication thread's
+  // comm: where the buckets are reduced (the model communicator, or the communication thread's
   // wrapper); compression picks the hook (hooks.hpp) and powersgd its settings (PowerSGD keeps
   // comm's group). The hooks' buffers live in the model's Ops memory.
   Reducer(Comm& comm, ConvNet& model, std::size_t cap_bytes, bool overlap,

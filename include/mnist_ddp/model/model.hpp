@@ -7,6 +7,7 @@
 //   fc:     Linear(1568,10)                                                (N,10)
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <span>
@@ -34,6 +35,9 @@ enum class Mode { Train, Eval, Frozen };
 class ConvNet {
  public:
   static constexpr int kLayers = 3;  // layer1, layer2, fc: the units of "gradient ready"
+  // A layer's index (0, 1, 2: on_ready's and layer_range's) and its PyTorch name, the one the
+  // timeline, the logs and the checkpoints use: index 0 is "layer1".
+  static constexpr std::array<const char*, kLayers> kLayerNames = {"layer1", "layer2", "fc"};
 
   // Activations are allocated for batches of up to max_batch images.
   ConvNet(Ops& ops, int max_batch);
@@ -53,7 +57,8 @@ class ConvNet {
   // x[N][1][28][28] -> logits[N][10] (pointer into the model's buffers, valid until next call).
   const float* forward(const float* x, int n, Mode mode);
   // dlogits[N][10] for the last forward. Gradients are written (not accumulated) into grads().
-  // on_ready(layer) fires when layer's gradients are final: 2 (fc), then 1, then 0.
+  // on_ready(layer) fires when layer's gradients are final: 2 (fc), then 1 (layer2), then 0
+  // (layer1).
   void backward(const float* dlogits, const std::function<void(int layer)>& on_ready);
   // num_batches_tracked advances once per training batch, counted by the caller (the trainer,
   // once per step however the step ran: a CUDA graph replay runs no host code), not by forward.

@@ -1,7 +1,7 @@
-// backend_options.hpp — what a run tells the compute backend it makes (make_ops, ops.hpp): one
-// struct for every backend, so a new backend setting is a field here and the code that reads it,
-// not another argument through the registry and the CUDA seam. The initialisers are the flags'
-// defaults (app/flags.cpp fills them).
+// backend_options.hpp — what a run tells the compute backend it makes (make_cpu_backend,
+// make_cuda_ops: ops.hpp): one struct for every backend, so a new backend setting is a field here
+// and the code that reads it, not another argument through the registry and the CUDA seam. The
+// initialisers are the flags' defaults (app/flags.cpp fills them).
 #pragma once
 
 #include "mnist_ddp/base/choices.hpp"

@@ -56,7 +56,7 @@ class GradScaler {
   virtual std::int64_t take_skipped() = 0;
 };
 
-// The CUDA implementation on ops' stream (a UserError in a CPU-only build).
-std::unique_ptr<GradScaler> make_grad_scaler(Ops& ops, const LossScaleRule& rule);
+// The CUDA backend's implementation on its stream is made by Ops::make_grad_scaler
+// (src/ops/cuda/grad_scaler.cu).
 
 }  // namespace mnist_ddp

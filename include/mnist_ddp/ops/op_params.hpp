@@ -1,11 +1,12 @@
 // op_params.hpp — the parameter structs of the ops both the Ops interface (ops.hpp) and the
 // reference kernels (src/ops/cpu/cpu_kernels.hpp) take: a convolution's geometry, SyncBatchNorm's
-// exchanges, SGD's settings. Public, so that ops.hpp includes no private header.
+// exchanges, SGD's settings. Every backend takes them (the CUDA one too): the ops layer's
+// vocabulary, in namespace mnist_ddp, public so that ops.hpp includes no private header.
 #pragma once
 
 #include <functional>
 
-namespace mnist_ddp::cpu {
+namespace mnist_ddp {
 
 // A stride-1 square-kernel convolution with symmetric zero padding.
 struct ConvGeom {
@@ -42,4 +43,4 @@ struct SgdParams {
   bool nesterov = false;
 };
 
-}  // namespace mnist_ddp::cpu
+}  // namespace mnist_ddp

@@ -26,14 +26,12 @@
 #include "mnist_ddp/data/dataset.hpp"
 #include "mnist_ddp/launch/device.hpp"
 #include "mnist_ddp/ops/backend_options.hpp"
+#include "mnist_ddp/ops/grad_scaler.hpp"
 #include "mnist_ddp/ops/op_params.hpp"
+#include "mnist_ddp/ops/step_graph.hpp"
 #include "mnist_ddp/trace/trace.hpp"
 
 namespace mnist_ddp {
-
-using cpu::BnSync;
-using cpu::ConvGeom;
-using cpu::SgdParams;
 
 class Ops {
  public:
@@ -97,12 +95,13 @@ class Ops {
   virtual void upload(const void* host, void* backend, std::size_t bytes) = 0;
   virtual void download(const void* backend, void* host, std::size_t bytes) = 0;
 
-  // The data: each split is placed in backend memory once (slot kTrain / kTest); the visiting
-  // order is handed over once per epoch (or evaluation); gather then produces a normalised batch
-  // x[n][784] (p/255 - mean)/std and labels y[n] for order[offset, offset + n) without any
-  // host-to-device traffic per step.
-  static constexpr int kTrain = 0;
-  static constexpr int kTest = 1;
+  // The data: each split is placed in backend memory once (slot kTrainSplit: the training set;
+  // kEvalSplit: the one evaluation reads, MNIST's t10k files); the visiting order is handed over
+  // once per epoch (or evaluation); gather then produces a normalised batch x[n][784]
+  // (p/255 - mean)/std and labels y[n] for order[offset, offset + n) without any host-to-device
+  // traffic per step.
+  static constexpr int kTrainSplit = 0;
+  static constexpr int kEvalSplit = 1;
   virtual void load_dataset(int slot, const Dataset& d) = 0;
   virtual void set_order(int slot, std::span<const std::int64_t> order) = 0;
   virtual void gather(int slot, std::int64_t offset, int n, float mean, float std, float* x,
@@ -144,6 +143,15 @@ class Ops {
   // accumulate_loss is multiplied by it. skip_step (device float, or nullptr): sgd_step
   // leaves parameters and momentum untouched where it is != 0. Both must outlive the setting.
   virtual void set_amp(AmpMode mode, const float* loss_scale, const float* skip_step) = 0;
+
+  // ---- The objects a step needs that only a backend with a stream has ------------------------
+  // CUDA graphs of the training step on stream() (step_graph.hpp); inject_failure: the
+  // --debug-fail-capture test seam. A host backend has no stream to capture: an internal error
+  // (the communication plan never asks it: app/plan_communication.cpp).
+  virtual std::unique_ptr<StepGraphs> make_step_graphs(CaptureHooks hooks, bool inject_failure);
+  // --amp fp16's loss scaler in backend memory (grad_scaler.hpp); a host backend has none (the
+  // flag rules refuse --amp fp16 on the CPU).
+  virtual std::unique_ptr<GradScaler> make_grad_scaler(const LossScaleRule& rule);
 };
 
 // The reference CPU backend (im2col + OpenBLAS).
@@ -173,13 +181,13 @@ DnnlLayout dnnl_layout(AmpMode amp = AmpMode::Off);
 // OpenBLAS Zen kernels", "aarch64 (NEON, SVE, SVE2, BF16) (oneDNN), OpenBLAS NEOVERSEV1 kernels".
 std::string cpu_kernel_description();
 // The CUDA backend (src/ops/cuda/); in a CPU-only build, a UserError saying "built without CUDA".
-// It reads options.tf32 (TF32 tensor cores for convolutions and the fc GEMM, PyTorch's cuDNN
-// default) and options.gpu_kernels (own: this project's kernels where it has them; they need
-// tf32).
+// The binary reaches it through the plugin's object (app/cuda_backend.hpp: cuda_plugin()), the
+// test and benchmark binaries directly. It reads options.tf32 (TF32 tensor cores for convolutions
+// and the fc GEMM, PyTorch's cuDNN default) and options.gpu_kernels (own: this project's kernels
+// where it has them; they need tf32).
 std::unique_ptr<Ops> make_cuda_ops(const BackendOptions& options);
-// The registry (ops/registry.cpp): the backend for a device and its options (the CPU's:
-// options.cpu_kernels).
-std::unique_ptr<Ops> make_ops(Device device, const BackendOptions& options = {});
+// The registry (ops/registry.cpp): the CPU backend options.cpu_kernels names.
+std::unique_ptr<Ops> make_cpu_backend(const BackendOptions& options = {});
 
 // Threads for BLAS and oneDNN (OpenMP) on this rank; 1 unless this rank owns several cores.
 void set_compute_threads(int threads);

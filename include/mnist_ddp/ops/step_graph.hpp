@@ -9,12 +9,13 @@
 // A capture can fail (a library call that is illegal while capturing): then every rank, agreed,
 // abandons it, puts the host-side step state back, runs that step eagerly and keeps that batch
 // size eager for the rest of the run. Nothing aborts.
+//
+// The backend that has a stream makes them (Ops::make_step_graphs): the CUDA backend's
+// implementation is the one definition (src/ops/cuda/step_graph.cu).
 #pragma once
 
 #include <cstdint>
 #include <functional>
-#include <map>
-#include <set>
 #include <string>
 
 namespace mnist_ddp {
@@ -32,40 +33,20 @@ struct CaptureHooks {
   std::function<void()> restore;
 };
 
-// Frees a captured graph (a cudaGraphExec_t): the CUDA seam the destructor calls; a no-op in a
-// CPU-only build.
-void destroy_graph_exec(void* exec);
-
 class StepGraphs {
  public:
-  // stream: Ops::stream() (a cudaStream_t). inject_failure: the --debug-fail-capture test seam (a
-  // call that is illegal while capturing, made inside every capture). Host code
-  // (src/ops/step_graph.cpp); run() is the CUDA backend's.
-  StepGraphs(void* stream, CaptureHooks hooks, bool inject_failure = false);
-  ~StepGraphs();
-  StepGraphs(const StepGraphs&) = delete;
-  StepGraphs& operator=(const StepGraphs&) = delete;
-
+  virtual ~StepGraphs() = default;
   // Runs the step of key n (the trainer's: batch size and micro-batch kind): body() eagerly, or
   // body() captured and then launched, or the captured graph launched (body not called), or, when
   // the capture failed on some rank, body() eagerly after hooks.restore(). Says which.
-  StepRun run(std::int64_t n, const std::function<void()>& body);
+  virtual StepRun run(std::int64_t n, const std::function<void()>& body) = 0;
   // Whether run(n, ...) would capture now (its body then becomes a graph whose replays run no
   // host code): the timeline keeps that step's spans as the replays' template.
-  bool will_capture(std::int64_t n) const;
+  virtual bool will_capture(std::int64_t n) const = 0;
   // Graphs captured so far.
-  int captured() const { return static_cast<int>(execs_.size()); }
+  virtual int captured() const = 0;
   // The agreed description of the last failed capture ("" if none failed).
-  const std::string& last_failure() const { return last_failure_; }
-
- private:
-  [[maybe_unused]] void* stream_;  // unused by the CPU-only build (cuda_stub.cpp)
-  CaptureHooks hooks_;
-  [[maybe_unused]] bool inject_failure_;
-  std::map<std::int64_t, int> eager_runs_;  // key -> eager steps so far
-  std::map<std::int64_t, void*> execs_;     // key -> cudaGraphExec_t
-  std::set<std::int64_t> eager_only_;       // keys whose capture failed
-  std::string last_failure_;
+  virtual const std::string& last_failure() const = 0;
 };
 
 }  // namespace mnist_ddp

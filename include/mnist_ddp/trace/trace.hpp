@@ -77,7 +77,7 @@ TraceWindow default_trace_window(std::int64_t first_step, std::int64_t total_ste
 // What a span says about itself (Chrome's "args"); -1 / nullptr: not given.
 struct SpanArgs {
   std::int64_t step = -1;
-  int layer = -1;
+  const char* layer = nullptr;  // the module's PyTorch name: "layer1", "layer2", "fc"
   int bucket = -1;
   std::int64_t bytes = -1;
   int batch = -1;

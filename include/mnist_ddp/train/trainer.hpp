@@ -46,10 +46,11 @@ struct TrainResult {
   RunTotals totals;              // the run's, over all its processes (report.hpp)
 };
 
-// The communicators a trainer works with, and the plan (comm_plan.hpp) that chose them.
+// The communicators a trainer works with, and the plan (comm/comm_plan.hpp; made by
+// app/plan_communication.hpp) that chose them.
 struct TrainerComms {
   Comm& control;           // host memory: agreement, metrics, evaluation sums
-  Comm& data;              // the model's memory: MPI on the CPU; NCCL or host-staged MPI on a GPU
+  Comm& model;             // the model's memory: MPI on the CPU; NCCL or host-staged MPI on a GPU
   CommPlan plan;           // which of them carries the gradients, and whether steps are graphs
   Comm* local = nullptr;   // post-local SGD's node-local group (plan.local_sgd)
   Comm* thread = nullptr;  // the communication thread's (plan.thread_engine; threaded_comm.hpp)
@@ -156,7 +157,7 @@ class Trainer {
   std::vector<std::vector<std::pair<std::string, std::vector<float>>>> gather_hook_state();
   TrainOptions opt_;  // a copy: the learning rate's total_steps is set here
   Comm& comm_;
-  Comm& data_comm_;
+  Comm& model_comm_;
   Comm* local_comm_;
   FlightRecorder* flight_;
   Tracer* tracer_;
@@ -168,10 +169,10 @@ class Trainer {
   Sgd sgd_;
   std::unique_ptr<Reducer> reducer_;    // the gradient all-reduces (host or device memory)
   Comm* bucket_comm_ = nullptr;         // where the Reducer reduces until post-local SGD
-  std::unique_ptr<StepGraphs> graphs_;  // GPU with a capturable data communicator
+  std::unique_ptr<StepGraphs> graphs_;  // GPU with a capturable model communicator
   struct StepSnapshot {                 // capture_hooks(): host state before a capture
     Reducer::Mark reducer;
-    Comm::Mark data_comm;
+    Comm::Mark model_comm;
     std::size_t trace = 0;
   };
   StepSnapshot before_capture_;

@@ -8,10 +8,6 @@
 
 namespace mnist_ddp {
 
-StepRun run_step_graphs(StepGraphs& graphs, std::int64_t n, const std::function<void()>& body) {
-  return graphs.run(n, body);
-}
-
 namespace {
 
 // Each function's address in its field: a function whose declaration disagrees with the list does
@@ -22,6 +18,13 @@ const CudaBackend kTable{kCudaBackendAbi, sizeof(CudaBackend), kCudaBackendLayou
 #undef MNIST_DDP_CUDA_SEAM_ENTRY
 
 }  // namespace
+
+// The test and benchmark binaries link the backend: the app layer's calls reach it through its own
+// table (the binary's cuda_plugin() is the loader's, app/cuda_loader.cpp).
+const CudaBackend& cuda_plugin() {
+  return kTable;
+}
+
 }  // namespace mnist_ddp
 
 extern "C" __attribute__((visibility("default"))) const mnist_ddp::CudaBackend*

@@ -1,7 +1,7 @@
 // comm_kernels.cu — device arithmetic shared by NcclComm and the host-staged communicator.
 #include "comm/cuda/comm_kernels.hpp"
 
-#include "diagnostics/cuda/cuda_check.hpp"
+#include "mnist_ddp/diagnostics/cuda/cuda_check.hpp"
 
 namespace mnist_ddp {
 namespace {

@@ -10,10 +10,10 @@
 
 #include "comm/cuda/comm_kernels.hpp"
 #include "comm/mpi_types.hpp"
-#include "diagnostics/cuda/cuda_check.hpp"
 #include "mnist_ddp/comm/comm.hpp"
 #include "mnist_ddp/diagnostics/check.hpp"
-#include "ops/cuda/capture.hpp"
+#include "mnist_ddp/diagnostics/cuda/cuda_check.hpp"
+#include "mnist_ddp/ops/cuda/capture.hpp"
 
 namespace mnist_ddp {
 namespace {

@@ -2,8 +2,8 @@
 // job, or a thrown CheckFailure inside a ThrowOnCheckFailure scope (a graph capture).
 #include <string>
 
-#include "diagnostics/cuda/cuda_check.hpp"
 #include "mnist_ddp/diagnostics/check.hpp"
+#include "mnist_ddp/diagnostics/cuda/cuda_check.hpp"
 
 namespace mnist_ddp {
 namespace {

@@ -3,8 +3,8 @@
 // selection and description.
 #include <string>
 
-#include "diagnostics/cuda/cuda_check.hpp"
 #include "mnist_ddp/diagnostics/check.hpp"
+#include "mnist_ddp/diagnostics/cuda/cuda_check.hpp"
 #include "mnist_ddp/launch/device.hpp"
 
 namespace mnist_ddp {

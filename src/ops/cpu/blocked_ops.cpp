@@ -39,7 +39,7 @@ const PixelLoops& pixel_loops(int block) {
 
 void stats_b(int block, int c, int n, int hw, const float* x, double eps, double momentum,
              float* save_mean, float* save_invstd, float* running_mean, float* running_var,
-             const cpu::BnSync* sync) {
+             const BnSync* sync) {
   double m = static_cast<double>(n) * hw;
   std::vector<double> means(static_cast<std::size_t>(c)), vars(static_cast<std::size_t>(c));
   pixel_loops(block).stats_sums(c, n, hw, x, means.data(),
@@ -75,7 +75,7 @@ void forward_b(int block, int c, int n, int h, int w, const float* x, const floa
 void backward_b(int block, int c, int n, int h, int w, const float* x, const float* y,
                 const float* dy, const std::uint8_t* argmax, const float* gamma, const float* mean,
                 const float* invstd, bool batch_stats, float* dx, float* dgamma, float* dbeta,
-                const cpu::BnSync* sync) {
+                const BnSync* sync) {
   const std::size_t cs = static_cast<std::size_t>(c);
   double m_full = static_cast<double>(n) * h * w;
   std::vector<double> s1(cs), s2(cs), sums(2 * cs);
@@ -129,7 +129,7 @@ void convert(Plain p, bool to_blocked, int block, int c, int n, int hw, const fl
 
 void batchnorm_stats(int block, int c, int n, int hw, const float* x, double eps, double momentum,
                      float* save_mean, float* save_invstd, float* running_mean, float* running_var,
-                     const cpu::BnSync* sync) {
+                     const BnSync* sync) {
   check_blocked(block, c);
   stats_b(block, c, n, hw, x, eps, momentum, save_mean, save_invstd, running_mean, running_var,
           sync);
@@ -144,7 +144,7 @@ void bn_relu_pool_forward(int block, int c, int n, int h, int w, const float* x,
 void bn_relu_pool_backward(int block, int c, int n, int h, int w, const float* x, const float* y,
                            const float* dy, const std::uint8_t* argmax, const float* gamma,
                            const float* mean, const float* invstd, bool batch_stats, float* dx,
-                           float* dgamma, float* dbeta, const cpu::BnSync* sync) {
+                           float* dgamma, float* dbeta, const BnSync* sync) {
   check_blocked(block, c);
   check_pooled(h, w);
   backward_b(block, c, n, h, w, x, y, dy, argmax, gamma, mean, invstd, batch_stats, dx, dgamma,

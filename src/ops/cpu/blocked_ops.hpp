@@ -15,7 +15,7 @@ namespace mnist_ddp::blocked {
 // sync: SyncBatchNorm's exchanges (cpu_kernels.hpp), or nullptr.
 void batchnorm_stats(int block, int c, int n, int hw, const float* x, double eps, double momentum,
                      float* save_mean, float* save_invstd, float* running_mean, float* running_var,
-                     const cpu::BnSync* sync = nullptr);
+                     const BnSync* sync = nullptr);
 // y, argmax: [N][C/B][H/2][W/2][B]
 void bn_relu_pool_forward(int block, int c, int n, int h, int w, const float* x, const float* gamma,
                           const float* beta, const float* mean, const float* invstd, float* y,
@@ -23,7 +23,7 @@ void bn_relu_pool_forward(int block, int c, int n, int h, int w, const float* x,
 void bn_relu_pool_backward(int block, int c, int n, int h, int w, const float* x, const float* y,
                            const float* dy, const std::uint8_t* argmax, const float* gamma,
                            const float* mean, const float* invstd, bool batch_stats, float* dx,
-                           float* dgamma, float* dbeta, const cpu::BnSync* sync = nullptr);
+                           float* dgamma, float* dbeta, const BnSync* sync = nullptr);
 // x[N][C/B][HW][B] <-> rows[N][C*HW] (PyTorch's flatten order).
 void to_rows(int block, int c, int n, int hw, const float* x, float* rows);
 void from_rows(int block, int c, int n, int hw, const float* rows, float* x);

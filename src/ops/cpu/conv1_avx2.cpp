@@ -80,7 +80,7 @@ void image_rows(int oh, int ow, int pw, int b, const float* padded, const float*
 // Where the pieces of an image convolution lie: output planes, lane groups, the padded image.
 struct ImageLayout {
   int oh, ow, ph, pw, block, cb_count, groups, lane_groups;
-  ImageLayout(int b, const cpu::ConvGeom& g)
+  ImageLayout(int b, const ConvGeom& g)
       : oh(g.out_h()),
         ow(g.out_w()),
         ph(g.h + 2 * g.pad),
@@ -99,14 +99,14 @@ struct ImageLayout {
 
 // Image n inside the zero border of `padded` (ph x pw; the border is never written, so it stays
 // zero across images).
-void pad_image(const cpu::ConvGeom& g, const ImageLayout& l, const float* x, int n, float* padded) {
+void pad_image(const ConvGeom& g, const ImageLayout& l, const float* x, int n, float* padded) {
   for (int y = 0; y < g.h; ++y) {
     std::copy_n(x + (static_cast<std::size_t>(n) * g.h + y) * g.w, g.w,
                 padded + static_cast<std::size_t>(y + g.pad) * l.pw + g.pad);
   }
 }
 
-void check_image_conv(int block, const cpu::ConvGeom& g) {
+void check_image_conv(int block, const ConvGeom& g) {
   MNIST_DDP_CHECK(block == 8 || block == 16, "channel block must be 8 or 16");
   MNIST_DDP_CHECK(g.c == 1 && g.k % block == 0, "image convolution: 1 input channel, K % B");
   MNIST_DDP_CHECK(g.r >= 1 && g.r <= kMaxTaps, "image convolution: filter width 1..7");
@@ -159,7 +159,7 @@ void forward_rows(const ImageLayout& l, const float* padded, const float* const*
 }
 
 template <int R>
-void conv_forward(int block, const cpu::ConvGeom& g, const float* x, const float* w, const float* b,
+void conv_forward(int block, const ConvGeom& g, const float* x, const float* w, const float* b,
                   float* y) {
   const ImageLayout l(block, g);
   // The weights per lane group, tap-major: wt[lg][r][s][lane] = w[lg*8 + lane][0][r][s].
@@ -193,7 +193,7 @@ void conv_forward(int block, const cpu::ConvGeom& g, const float* x, const float
 }
 
 template <int R>
-void filter_grad(int block, const cpu::ConvGeom& g, const float* x, const float* dy, float* dw,
+void filter_grad(int block, const ConvGeom& g, const float* x, const float* dy, float* dw,
                  float* db) {
   const ImageLayout l(block, g);
   // Double totals per lane group: taps [R][R][8], bias [8].
@@ -231,14 +231,14 @@ void filter_grad(int block, const cpu::ConvGeom& g, const float* x, const float*
 
 }  // namespace
 
-void image_conv_forward(int block, const cpu::ConvGeom& g, const float* x, const float* w,
+void image_conv_forward(int block, const ConvGeom& g, const float* x, const float* w,
                         const float* b, float* y) {
   check_image_conv(block, g);
   with_taps(g.r, [&]<int R>() { conv_forward<R>(block, g, x, w, b, y); });
 }
 
-void image_filter_grad(int block, const cpu::ConvGeom& g, const float* x, const float* dy,
-                       float* dw, float* db) {
+void image_filter_grad(int block, const ConvGeom& g, const float* x, const float* dy, float* dw,
+                       float* db) {
   check_image_conv(block, g);
   with_taps(g.r, [&]<int R>() { filter_grad<R>(block, g, x, dy, dw, db); });
 }

@@ -16,12 +16,12 @@ namespace mnist_ddp::blocked {
 // padded image; x: [N][1][H][W]. Defined only where kAvx2Build.
 
 // y = conv(x, w) + b. w: [K][1][R][R] (PyTorch's layout); b: [K]; y: [N][K/B][OH][OW][B].
-void image_conv_forward(int block, const cpu::ConvGeom& g, const float* x, const float* w,
+void image_conv_forward(int block, const ConvGeom& g, const float* x, const float* w,
                         const float* b, float* y);
 
 // dw, db for the output gradient dy: [N][K/B][OH][OW][B]; dw: [K][1][R][R]; db: [K]. Per weight:
 // float sums over one image, added in double over the images.
-void image_filter_grad(int block, const cpu::ConvGeom& g, const float* x, const float* dy,
-                       float* dw, float* db);
+void image_filter_grad(int block, const ConvGeom& g, const float* x, const float* dy, float* dw,
+                       float* db);
 
 }  // namespace mnist_ddp::blocked

@@ -27,7 +27,7 @@ constexpr int kLanes = 8;  // channels per __m256 and per block
 // Where the pieces lie: output planes, the padded input block, blocks per image.
 struct ChannelLayout {
   int oh, ow, ph, pw, c_blocks, k_blocks;
-  explicit ChannelLayout(const cpu::ConvGeom& g)
+  explicit ChannelLayout(const ConvGeom& g)
       : oh(g.out_h()),
         ow(g.out_w()),
         ph(g.h + 2 * g.pad),
@@ -84,8 +84,8 @@ template <int R, int NG>
 // the image (at the model's 14x14, pad 2, R 5: 16% of the multiply-adds). The bias pass visits
 // every pixel, all taps.
 template <int R, int NG, bool BIAS>
-void lane_row(const cpu::ConvGeom& g, const ChannelLayout& l, const float* padded,
-              const float* const* d, int cl, int r, float* const* taps, float* const* bias) {
+void lane_row(const ConvGeom& g, const ChannelLayout& l, const float* padded, const float* const* d,
+              int cl, int r, float* const* taps, float* const* bias) {
   __m256 acc[NG][R], acc_b[NG];
   for (int j = 0; j < NG; ++j) {
     acc_b[j] = _mm256_setzero_ps();
@@ -132,8 +132,8 @@ void lane_row(const cpu::ConvGeom& g, const ChannelLayout& l, const float* padde
 // sums come with cb 0's first pass only. taps: [NG][8 lanes of c][R][R][8]; bias: [NG][8];
 // padded: [PH][PW][8] with a zero border (never written, so it stays zero across images).
 template <int R, int NG>
-void unit_grad(const cpu::ConvGeom& g, const ChannelLayout& l, const float* x, const float* dy,
-               int kb, int cb, int n0, int n1, float* padded, float* taps, float* bias) {
+void unit_grad(const ConvGeom& g, const ChannelLayout& l, const float* x, const float* dy, int kb,
+               int cb, int n0, int n1, float* padded, float* taps, float* bias) {
   const std::size_t in_plane = static_cast<std::size_t>(g.h) * g.w * kLanes;
   const std::size_t out_plane = static_cast<std::size_t>(l.oh) * l.ow * kLanes;
   float* t[NG];
@@ -164,7 +164,7 @@ void unit_grad(const cpu::ConvGeom& g, const ChannelLayout& l, const float* x, c
 }
 
 template <int R>
-void filter_grad(const cpu::ConvGeom& g, const float* x, const float* dy, float* dw, float* db) {
+void filter_grad(const ConvGeom& g, const float* x, const float* dy, float* dw, float* db) {
   const ChannelLayout l(g);
   // A unit: two output lane groups (an odd last one alone) and one input block.
   const int pairs = (l.k_blocks + 1) / 2, units = pairs * l.c_blocks;
@@ -206,8 +206,7 @@ void filter_grad(const cpu::ConvGeom& g, const float* x, const float* dy, float*
 
 }  // namespace
 
-void channel_filter_grad(const cpu::ConvGeom& g, const float* x, const float* dy, float* dw,
-                         float* db) {
+void channel_filter_grad(const ConvGeom& g, const float* x, const float* dy, float* dw, float* db) {
   MNIST_DDP_CHECK(g.c % kLanes == 0 && g.c > 0 && g.k % kLanes == 0 && g.k > 0,
                   "channel convolution: input and output channels multiples of 8");
   MNIST_DDP_CHECK(g.r >= 1 && g.r <= kMaxTaps, "channel convolution: filter width 1..7");

@@ -16,7 +16,6 @@ namespace mnist_ddp::blocked {
 // [K][C][R][R] (PyTorch's layout); db: [K]. Stride 1, C and K multiples of 8, filter width
 // 1..7 within the padded image (checked). Per weight: float sums over one image, added in
 // float over the images. One thread. Defined only where kAvx2Build.
-void channel_filter_grad(const cpu::ConvGeom& g, const float* x, const float* dy, float* dw,
-                         float* db);
+void channel_filter_grad(const ConvGeom& g, const float* x, const float* dy, float* dw, float* db);
 
 }  // namespace mnist_ddp::blocked

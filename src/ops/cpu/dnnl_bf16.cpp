@@ -18,7 +18,7 @@ constexpr auto kBf16 = memory::data_type::bf16;
 
 }  // namespace
 
-bool runs_bf16(const cpu::ConvGeom& g, Pass pass, Units units, const std::string& bf16_impl) {
+bool runs_bf16(const ConvGeom& g, Pass pass, Units units, const std::string& bf16_impl) {
   if (units == Units::None || bf16_impl.starts_with("ref")) return false;
   // The image's filter gradient (one input channel) on AMX: oneDNN 2.6.3's AMX kernel measured
   // 1.15 ms against fp32's 0.34 ms (Sapphire Rapids class, batch 100, one core). With AVX512-BF16
@@ -98,7 +98,7 @@ struct Conv::Prims {
   }
 };
 
-Conv::Conv(const dnnl::engine& engine, const cpu::ConvGeom& g, Units units, bool every_pass)
+Conv::Conv(const dnnl::engine& engine, const ConvGeom& g, Units units, bool every_pass)
     : p_(std::make_unique<Prims>()) {
   MNIST_DDP_CHECK(g.k % 16 == 0 && (g.c == 1 || g.c % 16 == 0),
                   "bf16 convolutions need 1 or a multiple of 16 channels");

@@ -25,7 +25,7 @@ enum class Pass { Forward, BackwardData, BackwardWeights };
 // rank and every run, so resumes stay bit-exact): bf16 where oneDNN has a JIT bf16 kernel for it,
 // except where it measured slower than fp32 on that kind of unit (layer1's filter gradient, one
 // input channel, on AMX: 1.15 ms against fp32's 0.34 ms; see dnnl_bf16.cpp).
-bool runs_bf16(const cpu::ConvGeom& g, Pass pass, Units units, const std::string& bf16_impl);
+bool runs_bf16(const ConvGeom& g, Pass pass, Units units, const std::string& bf16_impl);
 
 // One geometry's bf16 primitives, their bf16 buffers and the reorders into and out of the
 // backend's fp32 layout. The primitive descriptors (what oneDNN would run) are made at once; a
@@ -35,7 +35,7 @@ class Conv {
   // The fp32 activations are channel-blocked by 16 (K, and C unless 1, multiples of 16).
   // units: this CPU's (cpu_units()). every_pass: each pass with a JIT bf16 kernel runs it,
   // runs_bf16's exceptions ignored (for the benchmark that measures them: bench/ops_bench.cpp).
-  Conv(const dnnl::engine& engine, const cpu::ConvGeom& g, Units units, bool every_pass = false);
+  Conv(const dnnl::engine& engine, const ConvGeom& g, Units units, bool every_pass = false);
   ~Conv();
   Conv(const Conv&) = delete;
   Conv& operator=(const Conv&) = delete;

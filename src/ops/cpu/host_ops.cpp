@@ -70,7 +70,7 @@ void HostOps::download(const void* backend, void* host, std::size_t bytes) {
   if (bytes > 0 && host != backend) std::memcpy(host, backend, bytes);
 }
 void HostOps::load_dataset(int slot, const Dataset& d) {
-  MNIST_DDP_CHECK(slot == kTrain || slot == kTest, "dataset slot");
+  MNIST_DDP_CHECK(slot == kTrainSplit || slot == kEvalSplit, "dataset slot");
   data_[slot] = &d;
 }
 void HostOps::set_amp(AmpMode mode, const float*, const float*) {
@@ -85,7 +85,7 @@ void HostOps::set_amp(AmpMode mode, const float*, const float*) {
 }
 
 void HostOps::set_order(int slot, std::span<const std::int64_t> order) {
-  MNIST_DDP_CHECK(slot == kTrain || slot == kTest, "dataset slot");
+  MNIST_DDP_CHECK(slot == kTrainSplit || slot == kEvalSplit, "dataset slot");
   order_[slot].assign(order.begin(), order.end());
 }
 void HostOps::gather(int slot, std::int64_t offset, int n, float mean, float std, float* x,

@@ -1,5 +1,5 @@
 // capture.cu — ending a CUDA graph capture that a failure left open (capture.hpp).
-#include "ops/cuda/capture.hpp"
+#include "mnist_ddp/ops/cuda/capture.hpp"
 
 namespace mnist_ddp {
 

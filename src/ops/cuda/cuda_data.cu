@@ -45,7 +45,7 @@ void CudaOps::download(const void* backend, void* host, std::size_t bytes) {
 
 void CudaOps::load_dataset(int slot, const Dataset& d) {
   // Once per run: the whole split lives on the GPU (47 MB for MNIST's training set).
-  MNIST_DDP_CHECK(slot == kTrain || slot == kTest, "dataset slot");
+  MNIST_DDP_CHECK(slot == kTrainSplit || slot == kEvalSplit, "dataset slot");
   // The order buffer is sized for the whole split now and never moves, so a captured gather
   // keeps pointing at it (a rank's order never holds more indices than the split has).
   CUDA_CHECK(cudaMalloc(&dev_order_[slot], std::max<std::size_t>(1, d.count) * 8));

@@ -31,13 +31,13 @@
 #include <memory>
 #include <tuple>
 #include <vector>
-#include "diagnostics/cuda/cuda_check.hpp"
 #include "mnist_ddp/diagnostics/check.hpp"
+#include "mnist_ddp/diagnostics/cuda/cuda_check.hpp"
 #include "mnist_ddp/ops/ops.hpp"
+#include "mnist_ddp/trace/cuda/device_stamps.hpp"
 #include "ops/cuda/direct_conv.cuh"
 #include "ops/cuda/kernels.cuh"
 #include "ops/cuda/wgrad_tf32.cuh"
-#include "trace/cuda/device_stamps.hpp"
 
 namespace mnist_ddp::cuda_ops {
 
@@ -136,6 +136,9 @@ class CudaOps final : public Ops {
   void* stream() const override;
   std::unique_ptr<StampClock> make_stamp_clock() override;
   void set_amp(AmpMode mode, const float* loss_scale, const float* skip_step) override;
+  // step_graph.cu and grad_scaler.cu.
+  std::unique_ptr<StepGraphs> make_step_graphs(CaptureHooks hooks, bool inject_failure) override;
+  std::unique_ptr<GradScaler> make_grad_scaler(const LossScaleRule& rule) override;
   // SyncBatchNorm: the BN ops exchange their per-channel statistics through `sync` on the host
   // (a device-to-host copy and back per BN layer, so such a step is not graph-capturable).
   void set_bn_sync(const BnSync* sync) override;

@@ -9,11 +9,12 @@
 #include <cmath>
 #include <memory>
 
-#include "diagnostics/cuda/cuda_check.hpp"
 #include "mnist_ddp/base/amp_mode.hpp"
 #include "mnist_ddp/diagnostics/check.hpp"
+#include "mnist_ddp/diagnostics/cuda/cuda_check.hpp"
 #include "mnist_ddp/ops/grad_scaler.hpp"
 #include "mnist_ddp/ops/ops.hpp"
+#include "ops/cuda/cuda_ops.hpp"
 
 namespace mnist_ddp {
 namespace {
@@ -112,8 +113,12 @@ class CudaGradScaler final : public GradScaler {
 
 }  // namespace
 
-std::unique_ptr<GradScaler> make_grad_scaler(Ops& ops, const LossScaleRule& rule) {
-  return std::make_unique<CudaGradScaler>(ops, rule);
+namespace cuda_ops {
+
+std::unique_ptr<GradScaler> CudaOps::make_grad_scaler(const LossScaleRule& rule) {
+  return std::make_unique<CudaGradScaler>(*this, rule);
 }
+
+}  // namespace cuda_ops
 
 }  // namespace mnist_ddp

@@ -1,29 +1,65 @@
-// step_graph.cu — StepGraphs: capture a training step into a CUDA graph once per batch size and
-// replay it; a capture that fails on any rank falls back to eager steps (step_graph.hpp).
+// step_graph.cu — the CUDA backend's StepGraphs (ops/step_graph.hpp), made by
+// CudaOps::make_step_graphs: capture a training step into a CUDA graph once per batch size and
+// replay it; a capture that fails on any rank falls back to eager steps.
 #include <cuda_runtime.h>
 
 #include <exception>
+#include <map>
+#include <memory>
+#include <set>
 #include <string>
+#include <utility>
 
-#include "diagnostics/cuda/cuda_check.hpp"
 #include "mnist_ddp/diagnostics/check.hpp"
+#include "mnist_ddp/diagnostics/cuda/cuda_check.hpp"
+#include "mnist_ddp/ops/cuda/capture.hpp"
 #include "mnist_ddp/ops/step_graph.hpp"
-#include "ops/cuda/capture.hpp"
+#include "ops/cuda/cuda_ops.hpp"
 
 namespace mnist_ddp {
 namespace {
 // Marks a capture failure that is an error to report on every rank, not a call to retry eagerly.
 constexpr const char* kErrorTag = "error while capturing: ";
-}  // namespace
 
-void destroy_graph_exec(void* exec) {
-  cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(exec));
-}
+class CudaStepGraphs final : public StepGraphs {
+ public:
+  // inject_failure: the --debug-fail-capture test seam (a call that is illegal while capturing,
+  // made inside every capture).
+  CudaStepGraphs(cudaStream_t stream, CaptureHooks hooks, bool inject_failure)
+      : stream_(stream), hooks_(std::move(hooks)), inject_failure_(inject_failure) {
+    MNIST_DDP_CHECK(stream != nullptr, "CUDA graphs need the ops' stream");
+    MNIST_DDP_CHECK(hooks_.save && hooks_.agree && hooks_.restore,
+                    "CUDA graphs need capture hooks");
+  }
+  ~CudaStepGraphs() override {
+    for (auto& [n, exec] : execs_) cudaGraphExecDestroy(exec);
+  }
+  CudaStepGraphs(const CudaStepGraphs&) = delete;
+  CudaStepGraphs& operator=(const CudaStepGraphs&) = delete;
 
-StepRun StepGraphs::run(std::int64_t n, const std::function<void()>& body) {
-  auto* stream = static_cast<cudaStream_t>(stream_);
+  StepRun run(std::int64_t n, const std::function<void()>& body) override;
+  bool will_capture(std::int64_t n) const override {
+    const auto eager = eager_runs_.find(n);
+    return !execs_.contains(n) && !eager_only_.contains(n) && eager != eager_runs_.end() &&
+           eager->second > 0;
+  }
+  int captured() const override { return static_cast<int>(execs_.size()); }
+  const std::string& last_failure() const override { return last_failure_; }
+
+ private:
+  cudaStream_t stream_;
+  CaptureHooks hooks_;
+  bool inject_failure_;
+  std::map<std::int64_t, int> eager_runs_;         // key -> eager steps so far
+  std::map<std::int64_t, cudaGraphExec_t> execs_;  // key -> the captured step
+  std::set<std::int64_t> eager_only_;              // keys whose capture failed
+  std::string last_failure_;
+};
+
+StepRun CudaStepGraphs::run(std::int64_t n, const std::function<void()>& body) {
+  cudaStream_t stream = stream_;
   if (auto it = execs_.find(n); it != execs_.end()) {
-    CUDA_CHECK(cudaGraphLaunch(static_cast<cudaGraphExec_t>(it->second), stream));
+    CUDA_CHECK(cudaGraphLaunch(it->second, stream));
     return StepRun::Replayed;
   }
   if (eager_only_.contains(n) || eager_runs_[n]++ == 0) {
@@ -77,5 +113,15 @@ StepRun StepGraphs::run(std::int64_t n, const std::function<void()>& body) {
   CUDA_CHECK(cudaGraphLaunch(exec, stream));
   return StepRun::Captured;
 }
+
+}  // namespace
+
+namespace cuda_ops {
+
+std::unique_ptr<StepGraphs> CudaOps::make_step_graphs(CaptureHooks hooks, bool inject_failure) {
+  return std::make_unique<CudaStepGraphs>(stream_, std::move(hooks), inject_failure);
+}
+
+}  // namespace cuda_ops
 
 }  // namespace mnist_ddp

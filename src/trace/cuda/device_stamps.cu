@@ -11,7 +11,7 @@
 // made (the origin), again whenever the last one is over a second old. cudaEventElapsedTime
 // gives float milliseconds (a 24-bit mantissa: 0.25 ms steps an hour from the origin), so
 // offsets from a recent anchor keep sub-microsecond precision however long the run.
-#include "trace/cuda/device_stamps.hpp"
+#include "mnist_ddp/trace/cuda/device_stamps.hpp"
 
 #include <nvtx3/nvToolsExt.h>
 
@@ -19,7 +19,7 @@
 #include <utility>
 #include <vector>
 
-#include "diagnostics/cuda/cuda_check.hpp"
+#include "mnist_ddp/diagnostics/cuda/cuda_check.hpp"
 
 namespace mnist_ddp {
 namespace {

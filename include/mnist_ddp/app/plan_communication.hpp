@@ -1,8 +1,8 @@
-// comm_plan.hpp — the run's communication plan (its shape: comm/comm_plan.hpp), decided in one
-// place from the configuration and the placement: which communicator carries the gradients,
-// whether the CPU's communication thread runs, which communicator post-local SGD groups use, and
-// whether training steps are captured in CUDA graphs (and why not). Every call site that opens a
-// communicator or picks a path reads it.
+// plan_communication.hpp — the run's communication plan (its shape, the CommPlan struct:
+// comm/comm_plan.hpp), decided in one place from the configuration and the placement: which
+// communicator carries the gradients, whether the CPU's communication thread runs, which
+// communicator post-local SGD groups use, and whether training steps are captured in CUDA graphs
+// (and why not). Every call site that opens a communicator or picks a path reads it.
 #pragma once
 
 #include <string>

@@ -1,5 +1,5 @@
-// comm_plan_test.cpp — the communication plan over the flag combinations that change it: which
-// communicator carries the gradients, whether the CPU's communication thread runs (never when
+// plan_communication_test.cpp — the communication plan over the flag combinations that change it:
+// which communicator carries the gradients, whether the CPU's communication thread runs (never when
 // nothing would use it: PowerSGD, --no-overlap), post-local SGD's group communicator, and whether
 // a GPU step is captured in CUDA graphs, with the reason whenever it is not.
 #include <gtest/gtest.h>
@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "mnist_ddp/app/cli.hpp"
-#include "mnist_ddp/app/comm_plan.hpp"
+#include "mnist_ddp/app/plan_communication.hpp"
 #include "mnist_ddp/comm/local_sgd.hpp"
 #include "test_util.hpp"
 

@@ -1,6 +1,6 @@
-// comm_plan.cpp — the communication plan: every choice of communicator and step capture, with the
-// reason when a requested path is not taken.
-#include "mnist_ddp/app/comm_plan.hpp"
+// plan_communication.cpp — the communication plan: every choice of communicator and step capture,
+// with the reason when a requested path is not taken.
+#include "mnist_ddp/app/plan_communication.hpp"
 #include "mnist_ddp/comm/compress.hpp"
 
 namespace mnist_ddp {
