@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # compare_builds.sh — the same training job with two builds of mnist_ddp (before and after a
 # change that must not cost throughput): RANKS CPU ranks for EPOCHS epochs, ROUNDS runs of each,
-# interleaved in ABBA order (A, B, B, A, ...) so drifts of the machine hit both alike; prints the
-# median images/s of each and the ratio B / A as its last line.
+# interleaved in ABBA order (A, B, B, A, ...) so drifts of the machine hit both alike; prints
+# whether the two trained the same bits (the final checkpoints' model and optimizer state, h5diff:
+# a refactoring must not change them; exit 1 when they differ), the median images/s of each and
+# the ratio B / A as its last line.
 #   bench/compare_builds.sh BINARY_A BINARY_B [EPOCHS] [RANKS] [ROUNDS]      (defaults 1 2 6)
 # e.g. a build of the previous commit: git worktree add /tmp/before HEAD~1 && make -C /tmp/before
 set -euo pipefail
@@ -29,7 +31,22 @@ for ((r = 1; r <= ROUNDS; r++)); do
     echo "== round $r/$ROUNDS $which: $(ips "$log") img/s"
   done
 done
+# The same job with the same seed: a change that is not meant to change the numbers trains the
+# same bits (every round of each binary too: the CPU path is deterministic).
+final() { ls "$OUTDIR/ckpt-$1"/ckpt-*.h5 | grep -v best | sort | tail -1; }
+same=1
+for ((r = 1; r <= ROUNDS; r++)); do
+  for group in /model /optimizer; do
+    h5diff -q "$(final a-r1)" "$(final "b-r$r")" "$group" "$group" >/dev/null 2>&1 || same=0
+  done
+done
+if ((same)); then
+  echo "checkpoints: identical model and optimizer state (h5diff of $(basename "$(final a-r1)"), every round)"
+else
+  echo "checkpoints: A and B trained different bits ($(final a-r1) against B's); not a refactoring"
+fi
 a=$(for f in "$OUTDIR"/a-r*.out; do ips "$f"; done | median)
 b=$(for f in "$OUTDIR"/b-r*.out; do ips "$f"; done | median)
 printf '%-10s %10s  %s\n' "A" "$a" "$A" "B" "$b" "$B"
 awk -v a="$a" -v b="$b" 'BEGIN { printf "ratio B / A: %.4f (%+.2f%%), images/s median of each\n", b / a, (b / a - 1) * 100 }'
+((same)) || exit 1

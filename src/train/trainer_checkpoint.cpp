@@ -32,29 +32,29 @@ std::string Trainer::good_checkpoint_advice() const {
 
 void Trainer::resume_from(const TrainingState& s) {
   model_.load_state(s.params, s.buffers, s.num_batches_tracked);
-  sgd_.restore(s.momentum, s.optimizer_steps);
-  step_ = s.step;
-  epoch_ = s.epoch;
-  offset_ = s.sample_offset;
+  engine_.sgd().restore(s.momentum, s.optimizer_steps);
+  rec_.step = s.step;
+  rec_.epoch = s.epoch;
+  rec_.offset = s.sample_offset;
   last_checkpoint_step_ = s.step;
   // The lineage continues; a checkpoint of a version without run ids starts a new one (its own
   // files then count as another run's: --keep leaves them alone).
   if (!s.run_id.empty()) run_id_ = s.run_id;
   // The run's totals go on from the checkpoint's (zeros from a file older than version 3).
-  wall_before_ = s.wall_s;
-  train_before_ = s.train_s;
-  images_before_ = s.images_seen;
-  best_top1_ = s.best_top1;
-  best_step_ = s.best_step;
-  if (scaler_ && s.loss_scale > 0) {
-    scaler_->set_state(LossScalerState{static_cast<float>(s.loss_scale),
-                                       static_cast<std::int32_t>(s.loss_scale_growth_tracker)});
-  } else if (scaler_) {
+  rec_.wall_before = s.wall_s;
+  rec_.train_before = s.train_s;
+  rec_.images_before = s.images_seen;
+  rec_.best_top1 = s.best_top1;
+  rec_.best_step = s.best_step;
+  if (engine_.scaler() != nullptr && s.loss_scale > 0) {
+    engine_.scaler()->set_state(LossScalerState{
+        static_cast<float>(s.loss_scale), static_cast<std::int32_t>(s.loss_scale_growth_tracker)});
+  } else if (engine_.scaler() != nullptr) {
     log_.info(
         "resume: the checkpoint has no loss scale (trained without --amp fp16); starting "
         "the scaler at 65536");
   }
-  if (PowerSgd* p = reducer_->powersgd()) {
+  if (PowerSgd* p = engine_.reducer().powersgd()) {
     const std::int64_t iter = s.hook_iter >= 0 ? s.hook_iter : s.step;
     if (s.rank_arrays.size() == static_cast<std::size_t>(comm_.size())) {
       p->restore(s.rank_arrays[static_cast<std::size_t>(comm_.rank())], iter, s.hook_rng);
@@ -74,15 +74,15 @@ void Trainer::resume_from(const TrainingState& s) {
     // Another world size: the sampler hands out other per-rank lists, so only the number of
     // samples of this epoch already consumed carries over.
     const std::int64_t consumed = s.sample_offset * s.world_size;
-    offset_ = consumed / comm_.size();
+    rec_.offset = consumed / comm_.size();
   }
 }
 
 TrainingState Trainer::state() const {
   TrainingState s;
-  s.step = step_;
-  s.epoch = epoch_;
-  s.sample_offset = offset_;
+  s.step = rec_.step;
+  s.epoch = rec_.epoch;
+  s.sample_offset = rec_.offset;
   s.world_size = comm_.size();
   s.seed = opt_.schedule.seed;
   s.config_json = stored_config_;
@@ -98,27 +98,27 @@ TrainingState Trainer::state() const {
   ConvNet& model = model_;  // a reference member: the device arenas are read, not changed
   s.params.resize(model.params().size());
   s.buffers.resize(model.buffers().size());
-  s.momentum.resize(sgd_.momentum_buffer().size());
+  s.momentum.resize(engine_.sgd().momentum_buffer().size());
   ops_.download(model.params().data(), s.params.data(), s.params.size() * sizeof(float));
   ops_.download(model.buffers().data(), s.buffers.data(), s.buffers.size() * sizeof(float));
-  ops_.download(sgd_.momentum_buffer().data(), s.momentum.data(),
+  ops_.download(engine_.sgd().momentum_buffer().data(), s.momentum.data(),
                 s.momentum.size() * sizeof(float));
   s.num_batches_tracked.assign(model.num_batches_tracked().begin(),
                                model.num_batches_tracked().end());
-  s.optimizer_steps = sgd_.steps_taken();
+  s.optimizer_steps = engine_.sgd().steps_taken();
   s.lr_schedule = name_in(kLrScheduleNames, opt_.optimizer.lr.schedule);
   s.base_lr = opt_.optimizer.lr.base_lr;
-  s.last_lr = last_lr_;
+  s.last_lr = rec_.last_lr;
   s.momentum_factor = opt_.optimizer.sgd.momentum;
   s.dampening = opt_.optimizer.sgd.dampening;
   s.weight_decay = opt_.optimizer.sgd.weight_decay;
   s.nesterov = opt_.optimizer.sgd.nesterov;
-  if (PowerSgd* p = reducer_->powersgd()) {
+  if (PowerSgd* p = engine_.reducer().powersgd()) {
     s.hook_iter = p->iter();
     s.hook_rng = p->rng_state();
   }
-  if (scaler_) {
-    const LossScalerState a = scaler_->state();
+  if (engine_.scaler() != nullptr) {
+    const LossScalerState a = engine_.scaler()->state();
     s.loss_scale = a.scale;
     s.loss_scale_growth_tracker = a.growth_tracker;
   }
@@ -126,30 +126,31 @@ TrainingState Trainer::state() const {
   s.wall_s = t.wall_s;
   s.train_s = t.train_s;
   s.images_seen = t.images_seen;
-  s.best_top1 = best_top1_;
-  s.best_step = best_step_;
+  s.best_top1 = rec_.best_top1;
+  s.best_step = rec_.best_step;
   return s;
 }
 
 StepPosition Trainer::position() const {
-  return StepPosition{step_, epoch_, total_steps_, totals()};
+  return StepPosition{rec_.step, rec_.epoch, total_steps_, totals()};
 }
 
 RunTotals Trainer::totals() const {
-  return RunTotals{wall_before_ + process_seconds(), train_before_ + clock_.seconds(),
-                   images_before_ + images_};
+  return RunTotals{rec_.wall_before + process_seconds(), rec_.train_before + clock_.seconds(),
+                   rec_.images_before + rec_.images};
 }
 
 void Trainer::consider_best(const EvalResult& e) {
-  if (!opt_.checkpoint.keep_best || e.top1 <= best_top1_) return;  // a tie keeps the earlier one
-  best_top1_ = e.top1;
-  best_step_ = step_;
-  best_due_ = true;
+  if (!opt_.checkpoint.keep_best || e.top1 <= rec_.best_top1)
+    return;  // a tie keeps the earlier one
+  rec_.best_top1 = e.top1;
+  rec_.best_step = rec_.step;
+  rec_.best_due = true;
 }
 
 std::vector<std::vector<std::pair<std::string, std::vector<float>>>> Trainer::gather_hook_state() {
   std::vector<std::vector<std::pair<std::string, std::vector<float>>>> out;
-  PowerSgd* p = reducer_->powersgd();
+  PowerSgd* p = engine_.reducer().powersgd();
   if (p == nullptr) return out;
   // Every rank holds the same names and sizes (the hook runs in lockstep), only the values
   // (error feedback) differ.
@@ -173,11 +174,11 @@ std::vector<std::vector<std::pair<std::string, std::vector<float>>>> Trainer::ga
 void Trainer::checkpoint(const char* why, bool preemption) {
   // This state is already on disk, unless an evaluation after that write made it the best: the
   // file is then written again (the same model and position) so that it records being the best.
-  const bool best_here = best_due_ && best_step_ == step_;
-  if (last_checkpoint_step_ == step_ && !best_here) return;
+  const bool best_here = rec_.best_due && rec_.best_step == rec_.step;
+  if (last_checkpoint_step_ == rec_.step && !best_here) return;
   std::string best;
   const HostTraceScope span(tracer_, preemption ? "preemption checkpoint" : "checkpoint",
-                            SpanArgs{.step = step_});
+                            SpanArgs{.step = rec_.step});
   std::string path;
   auto hook_state = gather_hook_state();
   // Collective (inside run_agreed): rank 0 holds everything a checkpoint needs (parameters and
@@ -191,8 +192,8 @@ void Trainer::checkpoint(const char* why, bool preemption) {
       path = save_checkpoint(opt_.checkpoint.dir, s, layout_);
     } catch (const UserError& e) {
       if (e.exit_code() != kExitTrainingDiverged) throw;
-      throw UserError(fmt::format("training diverged by step {} (lr {:g}): {}. {}", step_, last_lr_,
-                                  e.what(), good_checkpoint_advice()),
+      throw UserError(fmt::format("training diverged by step {} (lr {:g}): {}. {}", rec_.step,
+                                  rec_.last_lr, e.what(), good_checkpoint_advice()),
                       kExitTrainingDiverged);
     }
     // --keep-best: its second name first, so that retention cannot rotate it away.
@@ -205,7 +206,7 @@ void Trainer::checkpoint(const char* why, bool preemption) {
     // this step: the lineage's later files, of steps a resume from an older checkpoint replaces,
     // are neither counted nor deleted (this run overwrites them when it reaches their steps).
     const Retention kept =
-        prune_checkpoints(opt_.checkpoint.dir, opt_.checkpoint.keep, run_id_, step_);
+        prune_checkpoints(opt_.checkpoint.dir, opt_.checkpoint.keep, run_id_, rec_.step);
     if (!kept.foreign.empty() && !foreign_reported_) {
       foreign_reported_ = true;
       log_.info(fmt::format(
@@ -215,12 +216,12 @@ void Trainer::checkpoint(const char* why, bool preemption) {
           run_id_));
     }
   });
-  last_checkpoint_step_ = step_;
-  if (best_here) best_due_ = false;
+  last_checkpoint_step_ = rec_.step;
+  if (best_here) rec_.best_due = false;
   if (comm_.rank() == 0) {
     last_checkpoint_ = path;
-    report_.checkpoint(position(), path, why, offset_, preemption);
-    if (!best.empty()) report_.best(position(), best_top1_, best);
+    report_.checkpoint(position(), path, why, rec_.offset, preemption);
+    if (!best.empty()) report_.best(position(), rec_.best_top1, best);
   }
 }
 

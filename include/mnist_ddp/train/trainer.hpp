@@ -23,7 +23,10 @@
 #include "mnist_ddp/ops/grad_scaler.hpp"
 #include "mnist_ddp/ops/step_graph.hpp"
 #include "mnist_ddp/process/requeue.hpp"
+#include "mnist_ddp/train/cadence.hpp"
 #include "mnist_ddp/train/report.hpp"
+#include "mnist_ddp/train/run_record.hpp"
+#include "mnist_ddp/train/step_engine.hpp"
 #include "mnist_ddp/train/step_phases.hpp"
 #include "mnist_ddp/train/stopwatch.hpp"
 #include "mnist_ddp/train/straggler.hpp"
@@ -45,40 +48,6 @@ struct TrainResult {
   std::string last_checkpoint;   // path of the newest checkpoint written by this run
   RunTotals totals;              // the run's, over all its processes (report.hpp)
 };
-
-// The communicators a trainer works with, and the plan (comm/comm_plan.hpp; made by
-// app/plan_communication.hpp) that chose them.
-struct TrainerComms {
-  Comm& control;           // host memory: agreement, metrics, evaluation sums
-  Comm& model;             // the model's memory: MPI on the CPU; NCCL or host-staged MPI on a GPU
-  CommPlan plan;           // which of them carries the gradients, and whether steps are graphs
-  Comm* local = nullptr;   // post-local SGD's node-local group (plan.local_sgd)
-  Comm* thread = nullptr;  // the communication thread's (plan.thread_engine; threaded_comm.hpp)
-  FlightRecorder* flight = nullptr;  // told each step's number: its records name the step
-};
-
-// One micro-batch of an optimizer step (--accumulate): its index among the step's count. The
-// first broadcasts the BN buffers (as DDP's forward after a synchronised step does), every one
-// but the last adds its gradients to the local sum (inside no_sync), the last one's join the sum
-// layer by layer as backward produces them and go out in the buckets' all-reduces.
-struct MicroBatch {
-  int index = 0;
-  int count = 1;
-  bool first() const { return index == 0; }
-  bool last() const { return index == count - 1; }
-};
-// The sizes of the micro-batches of the step that starts at `offset` of an epoch of
-// `epoch_size` samples: up to `accumulate` of `batch` each, while samples remain (the epoch's last
-// step may have fewer, and its last micro-batch fewer samples). Pure: unit-tested.
-std::vector<int> micro_batch_sizes(std::int64_t offset, std::int64_t epoch_size, int batch,
-                                   int accumulate);
-// The CUDA graph a micro-batch runs as (StepGraphs' key): batch size, micro-batch count (the loss
-// scale) and kind (the only micro-batch / the first / a middle one / the last). Distinct for
-// distinct graphs; --accumulate 1 gives one key per batch size, as before.
-std::int64_t step_graph_key(int n, const MicroBatch& mb);
-
-// GPU steps timed for the per-epoch breakdown: every this many (StepPhases, trace.hpp).
-inline constexpr std::int64_t kGpuPhaseSampleEvery = 50;
 
 class Trainer {
  public:
@@ -105,7 +74,7 @@ class Trainer {
   TrainingState state() const;
   // The step counter (the checkpoint's step after resume_from) and the lineage the checkpoints
   // carry: new for a fresh run, the checkpoint's when resumed (rank 0's is the one written).
-  std::int64_t step() const { return step_; }
+  std::int64_t step() const { return rec_.step; }
   const std::string& run_id() const { return run_id_; }
   // Straggler detection over these ranks (every rank's placement, in rank order): every
   // --straggler-every steps a window is scored, and the run ends with the per-node table. Off
@@ -113,25 +82,11 @@ class Trainer {
   void watch_stragglers(std::vector<RankPlacement> ranks);
 
  private:
-  // One optimizer step over micro-batches of these sizes at offset_ (one without --accumulate):
-  // each eager, or captured / replayed as a CUDA graph, then end_micro; then end_step. The only
-  // place a step runs.
-  void train_step(const std::vector<int>& sizes);
-  // A micro-batch, the one place a step is assembled: gather the batch, BN-buffer broadcast
-  // (first), forward, loss (summed on the backend; the gradient scaled by 1/(n x count)),
-  // backward; not the last: its gradients join the local sum; the last: with the gradient
-  // all-reduce, then SGD. Enqueues only and counts nothing (capturable on a GPU).
-  void enqueue_step(int n, const MicroBatch& mb);
-  // The host-side accounting of the micro-batch / the step just run, however it ran (a graph
-  // replay runs no host code): BN num_batches_tracked, the position and the window per
-  // micro-batch; the step counter and what counts steps (the optimizer's, the Reducer's bytes).
-  void end_micro(int n);
-  void end_step();
-  // The end of a phase of the step being assembled (step_phases.hpp; CPU steps only).
-  void mark(Phase p);
-  // After each step in run(): replica check, progress, log window, the agreed stop signal,
-  // --checkpoint-every, --eval-every. Returns the stop signal (0: go on).
-  int after_step(std::int64_t first_step);
+  // What run() does after each step, in this order (cadence.hpp): the replica check, the live
+  // progress line, the log window, the straggler window, the agreed stop signal (which ends the
+  // list with the stop), --eval-every's evaluation, and the checkpoint (--checkpoint-every, or a
+  // new best under --keep-best).
+  RunCadence make_cadence(std::int64_t first_step);
   // The end of an epoch (or of a run stopped inside one): its communication and evaluation.
   EvalResult end_epoch(bool epoch_done);
   // The training clock stopped; sync (GPU): the losses summed so far are read first, so the
@@ -147,9 +102,6 @@ class Trainer {
   void log_window();
   // What to do after a divergence: the last good checkpoint (rank 0 knows it), or start again.
   std::string good_checkpoint_advice() const;
-  // StepGraphs' hooks: the host-side step state saved before a capture and put back when the
-  // capture failed on some rank (the step then runs eagerly), and the agreement on that.
-  CaptureHooks capture_hooks();
   // Collective: rank 0 writes, every rank learns whether it worked. preemption: the rolling
   // preemption checkpoint of this job (the previous one is deleted once this one is on disk).
   void checkpoint(const char* why, bool preemption = false);
@@ -158,7 +110,6 @@ class Trainer {
   TrainOptions opt_;  // a copy: the learning rate's total_steps is set here
   Comm& comm_;
   Comm& model_comm_;
-  Comm* local_comm_;
   FlightRecorder* flight_;
   Tracer* tracer_;
   Ops& ops_;
@@ -166,54 +117,20 @@ class Trainer {
   const DataSplit& data_;
   Logger& log_;
   Reporter report_;
-  Sgd sgd_;
-  std::unique_ptr<Reducer> reducer_;    // the gradient all-reduces (host or device memory)
-  Comm* bucket_comm_ = nullptr;         // where the Reducer reduces until post-local SGD
-  std::unique_ptr<StepGraphs> graphs_;  // GPU with a capturable model communicator
-  struct StepSnapshot {                 // capture_hooks(): host state before a capture
-    Reducer::Mark reducer;
-    Comm::Mark model_comm;
-    std::size_t trace = 0;
-  };
-  StepSnapshot before_capture_;
-  std::unique_ptr<GradScaler> scaler_;  // --amp fp16: the dynamic loss scale (on the GPU)
-  std::int64_t skipped_steps_ = 0;      // --amp fp16: steps skipped on inf/NaN in this run
-  std::int64_t replays_ = 0;            // steps run as a graph replay (for the summary line)
-  BnSync bn_sync_;                      // --sync-bn exchanges (set on ops_ while alive)
+  StepEngine engine_;  // assembles and runs each step (buffers, graphs, scaler, reducer)
   CheckpointLayout layout_;
   std::int64_t steps_per_epoch_ = 0;
   std::int64_t total_steps_ = 0;
-  std::int64_t step_ = 0;  // the step counter: optimizer steps taken (resumed ones included)
-  std::int64_t epoch_ = 0;
-  std::int64_t offset_ = 0;  // samples of epoch_ this rank has consumed
+  RunRecord rec_;  // where the run is, what it has done, its window and its best
   std::int64_t last_checkpoint_step_ = -1;
   std::string last_checkpoint_;
   std::string run_id_;             // the lineage (new_run_id(), or the resumed checkpoint's)
   bool foreign_reported_ = false;  // checkpoints of other runs in the directory: said once
   StopDecision stop_;              // the agreed stop, when there was one
   std::string stored_config_;      // what every checkpoint records as the run's configuration
-  // The run's totals before this process (the resumed checkpoint's) and its best evaluation.
-  double wall_before_ = 0;
-  double train_before_ = 0;
-  std::int64_t images_before_ = 0;
-  double best_top1_ = -1;  // -1: none yet
-  std::int64_t best_step_ = -1;
-  bool best_due_ = false;  // best_step_'s checkpoint is not yet kept as the best
   std::unique_ptr<StragglerMonitor> stragglers_;  // watch_stragglers(); null: off
-  Stopwatch clock_;           // training time of this run (no evaluation, no checkpoints)
-  StepPhases phases_;         // where each step's time goes (the epoch's medians)
-  bool time_phases_ = false;  // host clocks time the step: the CPU backend
-  std::int64_t images_ = 0;   // global training images of this run
+  Stopwatch clock_;  // training time of this run (no evaluation, no checkpoints)
   std::chrono::steady_clock::time_point last_progress_{};  // the last progress line
-  double window_loss_ = 0;
-  std::int64_t window_images_ = 0;
-  double last_lr_ = 0;
-  Tensor x_;         // [max_batch][784] in backend memory
-  Tensor dlogits_;   // [max_batch][10]
-  Tensor grad_sum_;  // [params] --accumulate: the step's earlier micro-batches' gradients
-  std::int64_t micro_batches_ = 0;  // run since the last comm report (--accumulate)
-  std::int64_t micro_runs_ = 0;     // micro-batches run in this run (a step each without it)
-  std::int32_t* y_ = nullptr;       // [max_batch] labels in backend memory
 };
 
 }  // namespace mnist_ddp
