@@ -3,8 +3,11 @@
 # change that must not cost throughput): RANKS CPU ranks for EPOCHS epochs, ROUNDS runs of each,
 # interleaved in ABBA order (A, B, B, A, ...) so drifts of the machine hit both alike; prints
 # whether the two trained the same bits (the final checkpoints' model and optimizer state, h5diff:
-# a refactoring must not change them; exit 1 when they differ), the median images/s of each and
-# the ratio B / A as its last line.
+# a refactoring must not change them; exit 1 when they differ), the same for 80 steps under each of
+# a list of flag sets that take other paths (accumulation, SyncBN with --keep-best, PowerSGD, the
+# communication thread, post-local SGD, 16-bit hooks, --amp bf16 where the CPU has the units,
+# --no-overlap on the reference kernels), the median images/s of each and the ratio B / A as its
+# last line.
 #   bench/compare_builds.sh BINARY_A BINARY_B [EPOCHS] [RANKS] [ROUNDS]      (defaults 1 2 6)
 # e.g. a build of the previous commit: git worktree add /tmp/before HEAD~1 && make -C /tmp/before
 set -euo pipefail
@@ -45,6 +48,34 @@ if ((same)); then
 else
   echo "checkpoints: A and B trained different bits ($(final a-r1) against B's); not a refactoring"
 fi
+# The other paths: each flag set trained by both, 80 steps, the final checkpoints compared.
+while IFS= read -r flags; do
+  [[ $flags == *"--amp bf16"* ]] && ! grep -qE 'avx512_bf16|amx_bf16' /proc/cpuinfo && continue
+  for which in a b; do
+    bin=$A
+    [[ $which == b ]] && bin=$B
+    dir="$OUTDIR/paths-$which"
+    rm -rf "$dir" "$OUTDIR/ckpt-paths-$which"
+    mpirun -np "$RANKS" "$bin" --device cpu --data data/dataset --epochs 1 --max-steps 80 \
+      --progress off --log-dir "$dir/log" --checkpoint-dir "$OUTDIR/ckpt-paths-$which" $flags \
+      >"$dir.out" 2>&1 </dev/null
+  done
+  verdict="identical"
+  for group in /model /optimizer; do
+    h5diff -q "$(final paths-a)" "$(final paths-b)" "$group" "$group" >/dev/null 2>&1 ||
+      verdict="DIFFERENT" same=0
+  done
+  echo "checkpoints: $verdict after 80 steps with $flags"
+done <<'FLAGS'
+--accumulate 2 --batch-size 50
+--sync-bn --eval-every 30 --keep-best
+--compression powersgd --powersgd-start-iter 10
+--overlap-engine thread
+--local-sgd-start 20 --local-sgd-period 4
+--compression bf16 --lr-schedule cosine --warmup-steps 10
+--amp bf16
+--no-overlap --checkpoint-every 25 --cpu-kernels reference
+FLAGS
 a=$(for f in "$OUTDIR"/a-r*.out; do ips "$f"; done | median)
 b=$(for f in "$OUTDIR"/b-r*.out; do ips "$f"; done | median)
 printf '%-10s %10s  %s\n' "A" "$a" "$A" "B" "$b" "$B"
