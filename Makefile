@@ -323,7 +323,8 @@ FUZZ_TARGETS ?= idx checkpoint cli env
 # Coverage everywhere made every other function 2.6x slower and cost a third build of the tree.
 FUZZ_FLAGS := -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 FUZZ_COVERED := src/data/idx.cpp src/checkpoint/checkpoint.cpp src/checkpoint/schema.cpp \
-  src/checkpoint/hdf5_io.cpp src/checkpoint/file_crc.cpp src/app/cli.cpp src/launch/identity.cpp
+  src/checkpoint/hdf5_io.cpp src/checkpoint/file_crc.cpp src/app/cli.cpp src/app/flags.cpp \
+  src/app/flag_table.cpp src/launch/identity.cpp
 FUZZ_BASE ?= $(BUILD)
 fuzz:
 	@tools/install-deps.sh --tests

@@ -106,7 +106,7 @@ bool cuda_built() {
   ret function params {                                                 \
     return backend().field args;                                        \
   }
-// Device memory, a context or a graph exist only once the plugin is loaded: before, nothing to do.
+// Device memory or a context exist only once the plugin is loaded: before, nothing to do.
 #define MNIST_DDP_CUDA_FORWARD_IF_LOADED(field, function, ret, params, args) \
   ret function params {                                                      \
     if (const CudaBackend* t = plugin().table) t->field args;                \

@@ -58,6 +58,19 @@ const CLI::Validator& non_negative_check() {
   return v;
 }
 
+CLI::Validator one_of(std::vector<std::string> allowed, const std::vector<std::string>& shown) {
+  std::string listed;
+  for (const std::string& s : shown) listed += (listed.empty() ? "" : ",") + s;
+  listed = "{" + listed + "}";
+  return CLI::Validator(
+      [allowed = std::move(allowed), listed](std::string& s) {
+        return std::find(allowed.begin(), allowed.end(), s) != allowed.end()
+                   ? std::string()
+                   : s + " not in " + listed;
+      },
+      listed, "one of");
+}
+
 Flag& Flag::check(const CLI::Validator& v) {
   option_->check(v);
   return *this;

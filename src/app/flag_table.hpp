@@ -29,6 +29,10 @@ const CLI::Validator& finite_check();
 const CLI::Validator& positive_check();
 const CLI::Validator& non_negative_check();
 
+// The check of a choice: one of `allowed` (the names and the old ones still accepted), shown in
+// --help and its errors as the names alone, as CLI11's IsMember would list them.
+CLI::Validator one_of(std::vector<std::string> allowed, const std::vector<std::string>& shown);
+
 class FlagTable;
 
 // One declared flag, to chain its checks on (flags.cpp: t.option(...).check(...)).
@@ -72,7 +76,8 @@ class FlagTable {
   template <class E, std::size_t N>
   Flag choice(const std::string& name, E& field, const std::array<NameOf<E>, N>& names,
               const std::string& help, std::vector<std::pair<std::string, E>> aliases = {}) {
-    std::vector<std::string> allowed = names_in(names);
+    const std::vector<std::string> shown = names_in(names);
+    std::vector<std::string> allowed = shown;
     for (const auto& a : aliases) allowed.push_back(a.first);
     return text<E>(
         name, field, [names](const E& v) { return std::string(name_in(names, v)); },
@@ -82,7 +87,7 @@ class FlagTable {
             if (a.first == s) return a.second;
           return E{};  // unreachable: the check below admits only these names
         },
-        help, CLI::IsMember(allowed));
+        help, one_of(allowed, shown));
   }
   // A value typed as text and converted (a signal name, --debug-slow's RANK:PHASE:MS): to_text
   // gives the text a value is stored as, from_text the value of a text the check admitted.

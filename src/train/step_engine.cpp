@@ -247,7 +247,7 @@ void StepEngine::mark(Phase p) {
 
 CaptureHooks StepEngine::capture_hooks() {
   CaptureHooks h;
-  // The step body counts nothing on the host (end_step does, after it): only the Reducer's and
+  // The step body counts nothing on the host (run_step does, after it): only the Reducer's and
   // the model communicator's bookkeeping of the collectives it registered need putting back.
   h.save = [this] {
     before_capture_.reducer = reducer_->mark();

@@ -1,5 +1,6 @@
-// trainer.cpp — the training loop (the step, its phases and graphs), evaluation, metrics and
-// progress; the checkpoint state is trainer_checkpoint.cpp.
+// trainer.cpp — the run loop (epochs, steps, and the cadence between them: make_cadence),
+// evaluation, metrics and progress; the step itself is step_engine.cpp, the checkpoint state
+// trainer_checkpoint.cpp.
 #include "mnist_ddp/train/trainer.hpp"
 
 #include <fmt/format.h>

@@ -180,7 +180,7 @@ TEST(Nccl, FailedCaptureFallsBackToEagerOnEveryRank) {
       reducer.finish();
     });
     EXPECT_EQ(ran, e);
-    reducer.count_step();  // the trainer's end_step: once per step, however it ran
+    reducer.count_step();  // StepEngine::run_step's: once per step, however it ran
     ops->download(model.grads().data(), got.data(), n * sizeof(float));
     std::size_t wrong = 0;
     for (float g : got) wrong += g == want ? 0 : 1;

@@ -3,7 +3,8 @@
 // which loads it (dlopen, src/app/cuda_loader.cpp) only when a run asks a GPU something. A
 // CPU run never maps cuDNN, cuBLAS, NCCL or the CUDA runtime: it starts without them installed,
 // and ~0.45 s of CPU sooner per rank (their static constructors and relocations). The test and
-// benchmark binaries link the backend's objects directly and do not use this table.
+// benchmark binaries link the backend's objects directly: they call its functions by name, and the
+// app layer's code in them reaches the backend through the table of backend_table.cu.
 #pragma once
 
 #include <cstddef>

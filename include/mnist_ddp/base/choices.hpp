@@ -42,7 +42,7 @@ inline constexpr std::array<NameOf<Compression>, 6> kCompressionNames{
      {Compression::PowerSgdFp16, "powersgd_fp16"},
      {Compression::BatchedPowerSgdFp16, "batched_powersgd_fp16"}}};
 
-// How a bucket's all-reduce progresses while backward runs (CPU): Test: a non-blocking
+// How a bucket's all-reduce progresses while backward runs (CPU): Poll: a non-blocking
 // MPI_Iallreduce that MPI advances inside the MPI_Test calls made from backward's layer-ready
 // callbacks; Thread: a communication thread runs a blocking all-reduce per bucket on its own
 // communicator (threaded_comm.hpp; needs MPI_THREAD_MULTIPLE).

@@ -16,8 +16,6 @@
 
 namespace mnist_ddp {
 
-class Ops;
-
 // PyTorch's torch.amp.GradScaler defaults.
 struct LossScaleRule {
   float init_scale = 65536.f;

@@ -1,7 +1,7 @@
 // step_phases.hpp — where a training step's time goes: each step split into data (gather the
 // batch, broadcast BN buffers), forward (+ loss), backward (with the bucket all-reduces started
 // inside it), exposed communication (waiting for the all-reduces after backward) and the optimizer,
-// timed on the host at the phase boundaries of the step's one assembly (Trainer::enqueue_step).
+// timed on the host at the phase boundaries of the step's one assembly (StepEngine::enqueue).
 // Each epoch reports the median of every phase over its steps. Host clocks time a CPU step; on a
 // GPU they would time the enqueue, so a GPU step is timed by the timeline's CUDA events instead
 // (trace.hpp), on a sample of the steps: phase_seconds_of turns its spans into phases.

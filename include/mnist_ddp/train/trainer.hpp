@@ -1,6 +1,8 @@
-// trainer.hpp — the training loop: sampler -> gather batch -> forward -> loss -> backward ->
-// gradient all-reduce -> SGD step; exact distributed evaluation; metrics and progress; checkpoint
-// cadence; resume at the exact sample; clean stops at step boundaries.
+// trainer.hpp — the run loop: the sampler's epochs, each step run by the step engine
+// (step_engine.hpp: gather batch -> forward -> loss -> backward -> gradient all-reduce -> SGD),
+// and between steps the run's cadence (cadence.hpp: replica check, progress, log window,
+// stragglers, the agreed stop, evaluation, checkpoints); exact distributed evaluation; metrics and
+// progress; resume at the exact sample; clean stops at step boundaries.
 #pragma once
 
 #include <cstdint>
@@ -20,8 +22,6 @@
 #include "mnist_ddp/model/model.hpp"
 #include "mnist_ddp/model/optimizer.hpp"
 #include "mnist_ddp/model/tensor.hpp"
-#include "mnist_ddp/ops/grad_scaler.hpp"
-#include "mnist_ddp/ops/step_graph.hpp"
 #include "mnist_ddp/process/requeue.hpp"
 #include "mnist_ddp/train/cadence.hpp"
 #include "mnist_ddp/train/report.hpp"
@@ -117,6 +117,8 @@ class Trainer {
   const DataSplit& data_;
   Logger& log_;
   Reporter report_;
+  // watch_stragglers(); null: off. Before engine_, which points at it: destroyed after it.
+  std::unique_ptr<StragglerMonitor> stragglers_;
   StepEngine engine_;  // assembles and runs each step (buffers, graphs, scaler, reducer)
   CheckpointLayout layout_;
   std::int64_t steps_per_epoch_ = 0;
@@ -128,8 +130,7 @@ class Trainer {
   bool foreign_reported_ = false;  // checkpoints of other runs in the directory: said once
   StopDecision stop_;              // the agreed stop, when there was one
   std::string stored_config_;      // what every checkpoint records as the run's configuration
-  std::unique_ptr<StragglerMonitor> stragglers_;  // watch_stragglers(); null: off
-  Stopwatch clock_;  // training time of this run (no evaluation, no checkpoints)
+  Stopwatch clock_;                // training time of this run (no evaluation, no checkpoints)
   std::chrono::steady_clock::time_point last_progress_{};  // the last progress line
 };
 

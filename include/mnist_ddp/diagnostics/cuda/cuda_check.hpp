@@ -2,7 +2,8 @@
 // evaluates its expression once and, on failure, prints the expression, file:line, rank, host and
 // the library's own error string, then aborts the whole job. Inside a ThrowOnCheckFailure scope
 // (a CUDA graph capture) a failure throws CheckFailure instead, so the capture can be abandoned.
-// Private to the CUDA sources (src/*/cuda/*.cu) and the CUDA tests.
+// For the CUDA sources (src/*/cuda/*.cu) of every folder and the CUDA tests: public so that all may
+// include it.
 #pragma once
 
 #include <cublas_v2.h>

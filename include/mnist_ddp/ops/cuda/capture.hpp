@@ -1,5 +1,6 @@
-// capture.hpp — one piece of CUDA graph capture handling shared by the CUDA sources (private):
-// ending a capture a failure left open.
+// capture.hpp — one piece of CUDA graph capture handling shared by the CUDA sources of two
+// folders (ops/cuda, comm/cuda; public so that both may include it, and only they do): ending a
+// capture a failure left open.
 #pragma once
 
 #include <cuda_runtime.h>

@@ -1,5 +1,6 @@
-// device_stamps.hpp — the GPU's timeline clock (private to the CUDA sources): CUDA events on the
-// compute stream, read back between steps, with NVTX ranges.
+// device_stamps.hpp — the GPU's timeline clock (for the CUDA sources: trace/cuda defines it,
+// ops/cuda's CudaOps makes it; public so that both may include it): CUDA events on the compute
+// stream, read back between steps, with NVTX ranges.
 #pragma once
 
 #include <cuda_runtime.h>
