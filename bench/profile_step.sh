@@ -2,10 +2,15 @@
 # profile_step.sh — where a CPU training step's time goes, per rank: `perf record` on every rank
 # of one training run (the start-up skipped), each rank's samples grouped by the code they fell
 # in, as a share and as ms of the measured step:
-#   convolutions (oneDNN JIT)   oneDNN's generated kernels: the convolutions and the weight reorders
+#   conv forward / data grad / filter grad (oneDNN JIT)
+#                               oneDNN's generated convolution kernels, by pass (named by
+#                               ONEDNN_JIT_PROFILE=2; the filter gradient's transposes with it)
+#   reorders (oneDNN JIT)       oneDNN's layout and precision conversions (weights; under
+#                               --amp bf16 also x and dy to bf16); other JIT: the rest
 #   convolutions (ours)         conv1_avx2.cpp / conv2_filter_grad_avx2.cpp (the AVX2 path's layer1 and
 #                               layer2-filter-gradient kernels)
 #   BN->ReLU->pool (ours)       the fused kernels (blocked_*.cpp; its layout copies: "other")
+#   bf16 rounding (ours)        round_to_bf16 and its one-value forms (base/half.cpp)
 #   fc (OpenBLAS)               the classifier's SGEMMs
 #   waiting + MPI               the kernel, sched_yield and Open MPI/UCX: a rank waiting for the
 #                               others' gradients, and the all-reduces themselves
@@ -13,6 +18,10 @@
 #   other                       the rest: our loss, SGD, data batches, oneDNN's dispatch
 # The shares cover the run after START_S seconds, the per-epoch evaluation (~5% of an epoch) in.
 #   bench/profile_step.sh [PATH] [EPOCHS] [RANKS] [BATCH]      (defaults native 3 2 100)
+#   AMP=bf16 in the environment profiles an --amp bf16 run (a CPU with AVX512-BF16 or AMX): then
+#   oneDNN's JIT code is split by the kernel names it reports (ONEDNN_JIT_PROFILE): its reorders
+#   (fp32 <-> bf16 conversions of x, w and dy, and layout copies) apart from the convolutions, and
+#   our own bf16 rounding (round_to_bf16) is a row of its own.
 #   PATH: native (./mnist_ddp, oneDNN at its widest ISA) or avx2 (the x86-64-v3 build with
 #   ONEDNN_MAX_CPU_ISA=AVX2, as bench/compare_isa.sh runs it). START_S (default 3) in the
 #   environment. Needs perf (Debian: apt-get install linux-perf); as root, or with
@@ -20,6 +29,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PATH_KIND="${1:-native}" EPOCHS="${2:-3}" RANKS="${3:-2}" BATCH="${4:-100}" START_S="${START_S:-3}"
+AMP="${AMP:-off}"
+if [[ $AMP != off && $AMP != bf16 ]]; then
+  echo "usage: AMP=off|bf16 bench/profile_step.sh ... (got AMP='$AMP')" >&2
+  exit 2
+fi
 if [[ $PATH_KIND != native && $PATH_KIND != avx2 ]]; then
   echo "usage: bench/profile_step.sh [native|avx2] [EPOCHS] [RANKS] [BATCH] (got path '$PATH_KIND')" >&2
   exit 2
@@ -58,13 +72,14 @@ fi
 source tests/mpi_env.sh
 # One perf per rank, started by mpirun in the rank's place (the rank is perf's child and inherits
 # its environment, so Open MPI's bootstrap reaches it unchanged).
-run_env mpirun -np "$RANKS" bash -c 'exec perf record -q -F 1999 -D "$2" -o "$1.$OMPI_COMM_WORLD_RANK" -- "${@:3}"' \
+# ONEDNN_JIT_PROFILE=2: oneDNN writes its generated kernels' names to perf's map (reorders apart).
+run_env ONEDNN_JIT_PROFILE=2 mpirun -np "$RANKS" bash -c 'exec perf record -q -F 1999 -D "$2" -o "$1.$OMPI_COMM_WORLD_RANK" -- "${@:3}"' \
   _ "$OUT/perf.data" "$((START_S * 1000))" "$BIN" --device cpu --data data/dataset --epochs "$EPOCHS" \
-  --batch-size "$BATCH" --progress off --log-dir "$OUT/log" --checkpoint-dir "$OUT/ckpt" \
+  --batch-size "$BATCH" --amp "$AMP" --progress off --log-dir "$OUT/log" --checkpoint-dir "$OUT/ckpt" \
   >"$OUT/train.out" 2>&1 || { tail -20 "$OUT/train.out"; exit 2; }
 IPS=$(grep -o "at [0-9]* img/s" "$OUT/train.out" | tail -1 | grep -o "[0-9]*") ||
   { echo "profile_step.sh: no 'at N img/s' in $OUT/train.out" >&2; tail -20 "$OUT/train.out" >&2; exit 2; }
-echo "$(grep -o 'oneDNN kernels: [^)]*' "$OUT/train.out"); $RANKS ranks x batch $BATCH, $EPOCHS epoch(s): $IPS img/s"
+echo "$(grep -o 'oneDNN kernels: [^)]*' "$OUT/train.out"); --amp $AMP; $RANKS ranks x batch $BATCH, $EPOCHS epoch(s): $IPS img/s"
 # One line per sample ("ip symbol (dso)"), counted below: perf report's per-symbol percentages
 # are rounded, and oneDNN's JIT code spreads over thousands of addresses of ~0.01% each.
 for ((r = 0; r < RANKS; r++)); do
@@ -75,26 +90,40 @@ python3 - "$OUT" "$RANKS" "$BATCH" "$IPS" <<'PY'
 import re, sys
 out, ranks, batch, ips = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
 step_ms = 1000.0 * ranks * batch / ips
-groups = ["convolutions (oneDNN JIT)", "convolutions (ours)", "BN->ReLU->pool (ours)", "fc (OpenBLAS)",
-          "waiting + MPI", "copies (libc)", "other"]
+groups = ["conv forward (oneDNN JIT)", "conv data grad (oneDNN JIT)", "conv filter grad (oneDNN JIT)",
+          "other JIT (oneDNN)", "reorders (oneDNN JIT)", "convolutions (ours)",
+          "BN->ReLU->pool (ours)", "bf16 rounding (ours)", "fc (OpenBLAS)", "waiting + MPI",
+          "copies (libc)", "other"]
 def group(dso, sym):
     if re.search(r"/perf-\d+\.map$", dso):  # code without a file: oneDNN's JIT kernels
-        return groups[0]
+        # Named by ONEDNN_JIT_PROFILE=2: each pass's kernels (the filter gradient's transposes with
+        # it), the reorders, and the rest (a map without names: every sample "other JIT").
+        if "reorder" in sym:
+            return "reorders (oneDNN JIT)"
+        if "bwd_weights" in sym or sym.startswith("jit_trans"):
+            return "conv filter grad (oneDNN JIT)"
+        if "bwd_data" in sym:
+            return "conv data grad (oneDNN JIT)"
+        if "fwd" in sym:
+            return "conv forward (oneDNN JIT)"
+        return "other JIT (oneDNN)"
+    if re.search(r"\b(round_to_bf16|to_bf16|from_bf16)\b", sym):
+        return "bf16 rounding (ours)"
     if re.search(r"blocked::.*\b(conv_forward|filter_grad|image_rows?|forward_tile|forward_rows|lane_row|"
                  r"unit_grad|pad_image|add_to|image_conv_forward|image_filter_grad|channel_filter_grad)\b", sym):
-        return groups[1]
+        return "convolutions (ours)"
     if re.search(r"blocked::.*\b(stats_pass|grad_sums_pass|stats_sums_b|grad_sums_b|forward_b|backward_b|"
                  r"window_\w+|forward_apply_b|backward_apply_b|store_sums|bn_relu_pool_\w+|"
                  r"batchnorm_stats|stats_b)\b", sym):
-        return groups[2]
+        return "BN->ReLU->pool (ours)"
     if "openblas" in dso:
-        return groups[3]
+        return "fc (OpenBLAS)"
     if (dso.startswith("[kernel") or "sched_yield" in sym or
             re.search(r"lib(mpi|open-pal|open-rte|ucp|uct|ucs|pmix)|mca_", dso)):
-        return groups[4]
+        return "waiting + MPI"
     if re.search(r"__mem(set|move|cpy)", sym):
-        return groups[5]
-    return groups[6]
+        return "copies (libc)"
+    return "other"
 shares = []
 for r in range(ranks):
     count = dict.fromkeys(groups, 0)
