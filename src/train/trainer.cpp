@@ -152,7 +152,7 @@ RunCadence Trainer::make_cadence(std::int64_t first_step) {
                std::chrono::steady_clock::now() - last_progress_ <= std::chrono::milliseconds(200))
              return 0;
            last_progress_ = std::chrono::steady_clock::now();
-           rec_.window_loss += ops_.take_loss_sum();
+           rec_.window_loss += ops_.take_loss_sum();  // sync (GPU): the device's loss sum
            const double elapsed = std::max(clock_.seconds(), 1e-9);
            const double rate = std::max((step - first_step) / elapsed, 1e-9);
            report_.progress(position(),
@@ -189,6 +189,7 @@ RunCadence Trainer::make_cadence(std::int64_t first_step) {
          }});
   c.add({"evaluation", k.eval_every, [this](std::int64_t) {
            stop_clock();
+           // Collective: every rank evaluates its shard; the sums are all-reduced.
            const EvalResult e = evaluate();
            report_.eval(position(), e);
            consider_best(e);  // --keep-best: a new best is checkpointed right below

@@ -76,14 +76,17 @@ run profile_step_bad_path 30 "$REPO/bench/profile_step.sh" avx512
 prof_path=$RC; err_path=$(cat "$ERR")
 run profile_step_bad_ranks 30 "$REPO/bench/profile_step.sh" native 1 0
 prof_ranks=$RC; err_ranks=$(cat "$ERR")
+run profile_step_bad_amp 30 env AMP=fp16 "$REPO/bench/profile_step.sh" native
+prof_amp=$RC; err_amp=$(cat "$ERR")
 mkdir -p "$REPO/bench/results"
 run profile_step_busy 30 flock "$REPO/bench/results/.profile_step.lock" "$REPO/bench/profile_step.sh" native
 if [[ $prof_path -eq 2 && "$err_path" == *"[native|avx2]"*"got path 'avx512'"* &&
       $prof_ranks -eq 2 && "$err_ranks" == *"positive whole numbers; got '0'"* &&
+      $prof_amp -eq 2 && "$err_amp" == *"AMP=off|bf16"*"got AMP='fp16'"* &&
       $RC -eq 2 ]] && grep -q "another bench/profile_step.sh is running" "$ERR"; then
-  pass "profile_step_refuses_bad_arguments_and_a_second_run"
+  pass "profile_step_refuses_bad_arguments_and_a_second_run (path, ranks, AMP)"
 else
-  fail "profile_step: path rc=$prof_path ranks rc=$prof_ranks busy rc=$RC" "$err_path" "$err_ranks" "$(show)"
+  fail "profile_step: path rc=$prof_path ranks rc=$prof_ranks amp rc=$prof_amp busy rc=$RC" "$err_path" "$err_ranks" "$err_amp" "$(show)"
 fi
 GB="$REPO/build/bench/gpu_ops_bench"
 if [[ ! -x $GB ]]; then

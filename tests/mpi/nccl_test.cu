@@ -36,17 +36,17 @@ bool gpus_for_every_rank(std::string* why) {
 
 // The trainer's capture hooks for a bare Reducer: its bookkeeping and the communicator's are put
 // back after a failed capture; the agreement runs over host MPI.
-CaptureHooks reducer_hooks(Reducer& reducer, Comm& data_comm, Comm& host_comm, Reducer::Mark* rm,
+CaptureHooks reducer_hooks(Reducer& reducer, Comm& model_comm, Comm& host_comm, Reducer::Mark* rm,
                            Comm::Mark* cm) {
   CaptureHooks h;
-  h.save = [&reducer, &data_comm, rm, cm] {
+  h.save = [&reducer, &model_comm, rm, cm] {
     *rm = reducer.mark();
-    *cm = data_comm.mark();
+    *cm = model_comm.mark();
   };
   h.agree = [&host_comm](const std::string& mine) { return agree_first_failure(host_comm, mine); };
-  h.restore = [&reducer, &data_comm, rm, cm] {
+  h.restore = [&reducer, &model_comm, rm, cm] {
     reducer.rewind(*rm);
-    data_comm.rewind(*cm);
+    model_comm.rewind(*cm);
   };
   return h;
 }

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "mnist_ddp/app/cli.hpp"
+#include "mnist_ddp/diagnostics/check.hpp"
 #include "test_util.hpp"
 
 namespace mnist_ddp {
@@ -144,6 +145,21 @@ TEST(Flags, OverlapEngineKeepsItsOldNameAsAnAlias) {
   const Config old = config_from_json(R"({"overlap_engine": "test"})", "", &unknown);
   EXPECT_EQ(old.overlap_engine, OverlapEngine::Poll);
   EXPECT_NE(help_text().find("`test`, poll's old name, is accepted until 0.2"), std::string::npos);
+  // Given twice, the last one wins, the old name as any other; a wrong value names the flag and
+  // lists the current names only.
+  EXPECT_EQ(testing::parse_flags({"--overlap-engine", "thread", "--overlap-engine", "test"})
+                .overlap_engine,
+            OverlapEngine::Poll);
+  EXPECT_EQ(testing::parse_flags({"--overlap-engine", "test", "--overlap-engine", "thread"})
+                .overlap_engine,
+            OverlapEngine::Thread);
+  std::string error;
+  try {
+    testing::parse_flags({"--overlap-engine", "tset"});
+  } catch (const UserError& e) {
+    error = e.what();
+  }
+  EXPECT_NE(error.find("--overlap-engine: tset not in {poll,thread}"), std::string::npos) << error;
 }
 
 // What a resume compares is marked in the table: the settings that shape the optimisation.

@@ -42,8 +42,9 @@ struct Config {
   int flight_dump_signal = SIGUSR2;     // --flight-dump-signal: dump the recorder, keep running
   Progress progress = Progress::Auto;
 
-  // What this invocation does instead of (or before) training: never part of the stored
-  // configuration, except the three visitors that are (a checkpoint records how it was made).
+  // What this invocation does instead of (or before) training. The first three are stored with
+  // the rest (a checkpoint records how its run was started); the actions after them
+  // (--clear-logs, --dry-run, --write-config) never are: a resumed run must not inherit them.
   bool print_env = false;
   bool verify_checkpoints = false;  // --verify-checkpoints: check --checkpoint-dir, then exit
   bool eval_only = false;           // --eval-only: evaluate the --resume checkpoint, no training
