@@ -10,7 +10,7 @@
 #   convolutions (ours)         conv1_avx2.cpp / conv2_filter_grad_avx2.cpp (the AVX2 path's layer1 and
 #                               layer2-filter-gradient kernels)
 #   BN->ReLU->pool (ours)       the fused kernels (blocked_*.cpp; its layout copies: "other")
-#   bf16 rounding (ours)        round_to_bf16 and its one-value forms (base/half.cpp)
+#   bf16 rounding (ours)        round_to_bf16, the activations' bf16 copies (to_bf16 on arrays) and the one-value forms (base/half.cpp)
 #   fc (OpenBLAS)               the classifier's SGEMMs
 #   waiting + MPI               the kernel, sched_yield and Open MPI/UCX: a rank waiting for the
 #                               others' gradients, and the all-reduces themselves
@@ -21,7 +21,7 @@
 #   AMP=bf16 in the environment profiles an --amp bf16 run (a CPU with AVX512-BF16 or AMX): then
 #   oneDNN's JIT code is split by the kernel names it reports (ONEDNN_JIT_PROFILE): its reorders
 #   (fp32 <-> bf16 conversions of x, w and dy, and layout copies) apart from the convolutions, and
-#   our own bf16 rounding (round_to_bf16) is a row of its own.
+#   our own bf16 rounding and copies (round_to_bf16, to_bf16) is a row of its own.
 #   PATH: native (./mnist_ddp, oneDNN at its widest ISA) or avx2 (the x86-64-v3 build with
 #   ONEDNN_MAX_CPU_ISA=AVX2, as bench/compare_isa.sh runs it). START_S (default 3) in the
 #   environment. Needs perf (Debian: apt-get install linux-perf); as root, or with

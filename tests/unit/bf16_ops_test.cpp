@@ -64,6 +64,14 @@ TEST(Bf16Round, ArraysRoundToNearestEvenAsTheHookCast) {
   std::vector<float> y(x.size());
   round_to_bf16(x.size(), x.data(), y.data());
   for (std::size_t i = 0; i < x.size(); ++i) ASSERT_EQ(y[i], from_bf16(to_bf16(x[i]))) << x[i];
+  // The array form of the cast (--amp bf16's activation copies; the CPU's own instruction where it
+  // has one), on an odd length so both its vector and its scalar loop run.
+  std::vector<std::uint16_t> h(x.size() - 3);
+  to_bf16(h.size(), x.data(), h.data());
+  for (std::size_t i = 0; i < h.size(); ++i) ASSERT_EQ(h[i], to_bf16(x[i])) << x[i];
+  std::uint16_t special[std::size(in)];
+  to_bf16(std::size(in), in, special);
+  for (std::size_t i = 0; i < std::size(in); ++i) EXPECT_EQ(special[i], want[i] >> 16) << in[i];
 }
 
 DVec to_double(const std::vector<float>& v) {
@@ -208,6 +216,101 @@ TEST(Bf16Geometries, BatchSizesThatChangeAndThreadsKeepEachGeometryExact) {
       for (float v : all) ASSERT_TRUE(std::isfinite(v)) << "batch " << n;
     }
   }
+}
+
+// The bf16 copies the fused BN->ReLU->pool kernels make of their outputs for the convolution that
+// reads them next (layer1's pooled output into layer2's forward and filter gradient, a BN
+// backward's dx into the convolution's backward), and forward's copy of x reused by the filter
+// gradient: the same bits as the convolutions converting the fp32 buffers themselves (here: the
+// same values in other buffers, which no copy belongs to), and never a stale copy once the buffer
+// has changed by another call or a new forward.
+TEST(Bf16Copies, KernelMadeCopiesGiveTheBitsOfConversionsAndNeverGoStale) {
+  if (bf16::cpu_units() == bf16::Units::None) GTEST_SKIP() << "no bf16 units on this CPU";
+  const int n = 5, c = 16, h = 28, w = 28;
+  const ConvGeom g{n, 16, 14, 14, 32, 5, 2};
+  auto ops = make_dnnl_ops(16);
+  ops->set_amp(AmpMode::Bf16, nullptr, nullptr);
+  const auto conv_out = uniform_floats(static_cast<std::size_t>(n) * c * h * w, 21);
+  const auto gamma = uniform_floats(c, 22), beta = uniform_floats(c, 23);
+  std::vector<float> mean(c, 0.1f), invstd(c, 1.3f);
+  const std::size_t pooled_n = static_cast<std::size_t>(n) * c * (h / 2) * (w / 2);
+  std::vector<float> pooled(pooled_n);
+  std::uint8_t* argmax = ops->alloc_bytes(pooled_n);
+  const auto wt = uniform_floats(32 * 16 * 25, 24), b = uniform_floats(32, 25);
+  const std::size_t out_n = static_cast<std::size_t>(n) * 32 * 196;
+  const auto dy = uniform_floats(out_n, 26);
+  const auto run = [&](const float* x, const float* dyv, std::vector<float>& y,
+                       std::vector<float>& dw, std::vector<float>& db, std::vector<float>& dx) {
+    y.assign(out_n, 0);
+    dw.assign(wt.size(), 0);
+    db.assign(32, 0);
+    dx.assign(pooled_n, 0);
+    ops->conv2d_forward(g, x, wt.data(), b.data(), y.data());
+    ops->conv2d_backward(g, x, wt.data(), dyv, dw.data(), db.data(), dx.data());
+  };
+  // Layer1's pooled output, copied by the kernel, straight into layer2 (the model's order).
+  ops->bn_relu_pool_forward(c, n, h, w, conv_out.data(), gamma.data(), beta.data(), mean.data(),
+                            invstd.data(), pooled.data(), argmax);
+  std::vector<float> y1, dw1, db1, dx1;
+  run(pooled.data(), dy.data(), y1, dw1, db1, dx1);
+  const std::vector<float> same_pooled = pooled, same_dy = dy;
+  std::vector<float> y2, dw2, db2, dx2;
+  run(same_pooled.data(), same_dy.data(), y2, dw2, db2, dx2);
+  EXPECT_EQ(y1, y2);
+  EXPECT_EQ(dw1, dw2);
+  EXPECT_EQ(db1, db2);
+  EXPECT_EQ(dx1, dx2);
+
+  // A BN backward's dx, copied by the kernel, into the convolution's backward (dy of layer2).
+  std::vector<float> d_conv(out_n), dgamma(32), dbeta(32);
+  const auto conv2_out = uniform_floats(out_n, 27), d_pool = uniform_floats(out_n / 4, 28);
+  std::vector<float> pool2(out_n / 4), mean2(32, 0.05f), invstd2(32, 0.9f);
+  std::uint8_t* argmax2 = ops->alloc_bytes(out_n / 4);
+  const auto g2 = uniform_floats(32, 29), b2 = uniform_floats(32, 30);
+  ops->bn_relu_pool_forward(32, n, 14, 14, conv2_out.data(), g2.data(), b2.data(), mean2.data(),
+                            invstd2.data(), pool2.data(), argmax2);
+  const auto bn_backward = [&] {
+    ops->bn_relu_pool_backward(32, n, 14, 14, conv2_out.data(), pool2.data(), d_pool.data(),
+                               argmax2, g2.data(), mean2.data(), invstd2.data(), true,
+                               d_conv.data(), dgamma.data(), dbeta.data());
+  };
+  bn_backward();
+  std::vector<float> dwa(wt.size()), dba(32), dxa(pooled_n);
+  ops->conv2d_backward(g, same_pooled.data(), wt.data(), d_conv.data(), dwa.data(), dba.data(),
+                       dxa.data());
+  const std::vector<float> same_d_conv = d_conv;
+  std::vector<float> dwb(wt.size()), dbb(32), dxb(pooled_n);
+  ops->conv2d_backward(g, same_pooled.data(), wt.data(), same_d_conv.data(), dwb.data(), dbb.data(),
+                       dxb.data());
+  EXPECT_EQ(dwa, dwb);
+  EXPECT_EQ(dba, dbb);
+  EXPECT_EQ(dxa, dxb);
+
+  // Stale copies: the kernel's copy of d_conv is dropped by any other call in between (here a
+  // zero of another buffer) before the caller changes d_conv itself; forward's copy of x serves
+  // one filter gradient only, so a changed x is converted afresh.
+  bn_backward();
+  std::vector<float> scratch(8);
+  ops->zero(scratch.size(), scratch.data());
+  for (float& v : d_conv) v *= -0.5f;
+  const std::vector<float> changed = d_conv;
+  ops->conv2d_backward(g, same_pooled.data(), wt.data(), d_conv.data(), dwa.data(), dba.data(),
+                       dxa.data());
+  ops->conv2d_backward(g, same_pooled.data(), wt.data(), changed.data(), dwb.data(), dbb.data(),
+                       dxb.data());
+  EXPECT_EQ(dwa, dwb) << "the filter gradient read a stale bf16 copy of dy";
+  EXPECT_EQ(dxa, dxb) << "the data gradient read a stale bf16 copy of dy";
+  std::vector<float> x = same_pooled, y(out_n);
+  ops->conv2d_forward(g, x.data(), wt.data(), b.data(), y.data());
+  ops->conv2d_backward_filter(g, x.data(), dy.data(), dwa.data(), dba.data());  // forward's copy
+  for (float& v : x) v += 0.25f;
+  const std::vector<float> moved = x;
+  ops->conv2d_backward_filter(g, x.data(), dy.data(), dwa.data(), dba.data());
+  ops->conv2d_backward_filter(g, moved.data(), dy.data(), dwb.data(), dbb.data());
+  EXPECT_EQ(dwa, dwb) << "a second filter gradient read forward's bf16 copy of an x since changed";
+  EXPECT_NE(dwa, dw1);
+  ops->free_bytes(argmax);
+  ops->free_bytes(argmax2);
 }
 
 TEST(Bf16Linear, FcGemmsAreFp32SumsOfBf16Copies) {

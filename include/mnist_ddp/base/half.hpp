@@ -22,5 +22,7 @@ float from_bf16(std::uint16_t h);
 // y[i] = from_bf16(to_bf16(x[i])): x rounded to bf16, kept as float (a loop the compiler
 // vectorises); y may be x.
 void round_to_bf16(std::size_t n, const float* x, float* y);
+// h[i] = to_bf16(x[i]) (a loop the compiler vectorises): --amp bf16's copies of activations.
+void to_bf16(std::size_t n, const float* x, std::uint16_t* h);
 
 }  // namespace mnist_ddp

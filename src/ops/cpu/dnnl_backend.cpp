@@ -182,14 +182,16 @@ class DnnlOps final : public HostOps {
   void conv2d_forward(const ConvGeom& g, const float* x, const float* w, const float* b,
                       float* y) override {
     if (amp_ == AmpMode::Bf16) {
+      const std::uint16_t* x16 = take_bf16(x, src_elems(g));
       bf16::Conv& c = bf16_conv(g);
-      if (c.bf16(bf16::Pass::Forward)) return c.forward(stream_, x, w, b, y);
+      if (c.bf16(bf16::Pass::Forward)) return c.forward(stream_, x, w, b, y, x16);
       return f32_forward(g, rounded(0, x, src_elems(g)), rounded(1, w, w_elems(g)), b, y);
     }
     f32_forward(g, x, w, b, y);
   }
   void conv2d_backward_filter(const ConvGeom& g, const float* x, const float* dy, float* dw,
                               float* db) override {
+    pending_ = {};
     if (amp_ == AmpMode::Bf16) {
       bf16::Conv& c = bf16_conv(g);
       if (c.bf16(bf16::Pass::BackwardWeights)) return c.backward_weights(stream_, x, dy, dw, db);
@@ -200,6 +202,7 @@ class DnnlOps final : public HostOps {
   }
   void conv2d_backward_data(const ConvGeom& g, const float* w, const float* dy,
                             float* dx) override {
+    pending_ = {};
     if (amp_ == AmpMode::Bf16) {
       bf16::Conv& c = bf16_conv(g);
       if (c.bf16(bf16::Pass::BackwardData)) return c.backward_data(stream_, w, dy, dx);
@@ -207,10 +210,24 @@ class DnnlOps final : public HostOps {
     }
     f32_backward_data(g, w, dy, dx);
   }
+  // Both gradients under --amp bf16, where the passes asked for are bf16 primitives: dy in bf16
+  // once (the BN->ReLU->pool backward's copy, or one conversion for both passes).
+  void conv2d_backward(const ConvGeom& g, const float* x, const float* w, const float* dy,
+                       float* dw, float* db, float* dx) override {
+    const std::uint16_t* dy16 = take_bf16(dy, dst_elems(g));
+    if (amp_ == AmpMode::Bf16) {
+      bf16::Conv& c = bf16_conv(g);
+      if (c.bf16(bf16::Pass::BackwardWeights) &&
+          (dx == nullptr || c.bf16(bf16::Pass::BackwardData)))
+        return c.backward(stream_, x, w, dy, dw, db, dx, dy16);
+    }
+    Ops::conv2d_backward(g, x, w, dy, dw, db, dx);
+  }
   // The fc layer under --amp bf16: the fp32 GEMMs on bf16-rounded x[N][in], w[out][in] and
   // dy[N][out] (exact products, fp32 accumulation: what a bf16 GEMM computes), fp32 outputs.
   void linear_forward(int n, int in, int out, const float* x, const float* w, const float* b,
                       float* y) override {
+    pending_ = {};
     if (amp_ != AmpMode::Bf16) return HostOps::linear_forward(n, in, out, x, w, b, y);
     const std::size_t nx = static_cast<std::size_t>(n) * in,
                       nw = static_cast<std::size_t>(out) * in;
@@ -218,6 +235,7 @@ class DnnlOps final : public HostOps {
   }
   void linear_backward(int n, int in, int out, const float* x, const float* w, const float* dy,
                        float* dx, float* dw, float* db) override {
+    pending_ = {};
     if (amp_ != AmpMode::Bf16) return HostOps::linear_backward(n, in, out, x, w, dy, dx, dw, db);
     const std::size_t nx = static_cast<std::size_t>(n) * in,
                       nw = static_cast<std::size_t>(out) * in,
@@ -295,26 +313,47 @@ class DnnlOps final : public HostOps {
   void batchnorm_stats(int c, int n, int hw, const float* x, double eps, double momentum,
                        float* save_mean, float* save_invstd, float* running_mean,
                        float* running_var) override {
+    pending_ = {};
     blocked::batchnorm_stats(block_, c, n, hw, x, eps, momentum, save_mean, save_invstd,
                              running_mean, running_var, bn_sync_);
   }
   void bn_relu_pool_forward(int c, int n, int h, int w, const float* x, const float* gamma,
                             const float* beta, const float* mean, const float* invstd, float* y,
                             std::uint8_t* argmax) override {
+    pending_ = {};
     blocked::bn_relu_pool_forward(block_, c, n, h, w, x, gamma, beta, mean, invstd, y, argmax);
+    // A pooled output is the next convolution's input (layer1's, read by layer2).
+    if (amp_ == AmpMode::Bf16) keep_bf16(y, static_cast<std::size_t>(n) * c * (h / 2) * (w / 2));
   }
   void bn_relu_pool_backward(int c, int n, int h, int w, const float* x, const float* y,
                              const float* dy, const std::uint8_t* argmax, const float* gamma,
                              const float* mean, const float* invstd, bool batch_stats, float* dx,
                              float* dgamma, float* dbeta) override {
+    pending_ = {};
     blocked::bn_relu_pool_backward(block_, c, n, h, w, x, y, dy, argmax, gamma, mean, invstd,
                                    batch_stats, dx, dgamma, dbeta, bn_sync_);
+    // dx is the convolution's output gradient, which its backward reads next.
+    if (amp_ == AmpMode::Bf16) keep_bf16(dx, static_cast<std::size_t>(n) * c * h * w);
   }
   void to_fc_rows(int c, int n, int hw, const float* x, float* y) override {
+    pending_ = {};
     blocked::to_rows(block_, c, n, hw, x, y);
   }
   void from_fc_rows(int c, int n, int hw, const float* x, float* y) override {
+    pending_ = {};
     blocked::from_rows(block_, c, n, hw, x, y);
+  }
+  void upload(const void* host, void* backend, std::size_t bytes) override {
+    pending_ = {};
+    HostOps::upload(host, backend, bytes);
+  }
+  void zero(std::size_t n, float* y) override {
+    pending_ = {};
+    HostOps::zero(n, y);
+  }
+  void add_into(std::size_t n, const float* x, float* y) override {
+    pending_ = {};
+    HostOps::add_into(n, x, y);
   }
 
  private:
@@ -342,6 +381,22 @@ class DnnlOps final : public HostOps {
   static std::size_t w_elems(const ConvGeom& g) {
     return static_cast<std::size_t>(g.k) * g.c * g.r * g.r;
   }
+  // --amp bf16: the bf16 copy of an output the fused BN->ReLU->pool kernels just wrote, made
+  // while it is still in cache, for the convolution that reads it next; handed to exactly the
+  // next call (take_bf16), and only where that call reads the same buffer: any other call drops
+  // it, so a caller's own writes to the buffer after this backend's are never missed.
+  void keep_bf16(const float* of, std::size_t n) {
+    std::vector<std::uint16_t>& copy = bf16_copies_[of];
+    if (copy.size() < n) copy.resize(n);
+    to_bf16(n, of, copy.data());
+    pending_ = {of, n, copy.data()};
+  }
+  const std::uint16_t* take_bf16(const float* of, std::size_t n) {
+    const Pending p = pending_;
+    pending_ = {};
+    return p.of == of && p.n == n ? p.copy : nullptr;
+  }
+
   // x rounded to bf16 in scratch buffer `slot` (0: activations, 1: weights, 2: output gradients),
   // valid until the next use of that slot.
   const float* rounded(int slot, const float* x, std::size_t n) {
@@ -359,6 +414,13 @@ class DnnlOps final : public HostOps {
   bf16::Units units_ = bf16::Units::None;
   std::map<Key, std::unique_ptr<bf16::Conv>> bf16_cache_;
   std::vector<float> round_[3];
+  struct Pending {
+    const float* of = nullptr;
+    std::size_t n = 0;
+    const std::uint16_t* copy = nullptr;
+  };
+  Pending pending_;  // the last call's bf16 copy of its output (keep_bf16)
+  std::map<const float*, std::vector<std::uint16_t>> bf16_copies_;  // per buffer copied
 };
 
 // What --amp bf16 runs for the model's passes on this CPU: oneDNN's bf16 implementations, then

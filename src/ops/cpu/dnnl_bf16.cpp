@@ -3,6 +3,7 @@
 // with the reorders that bring fp32 activations in and fp32 results out.
 #include "ops/cpu/dnnl_bf16.hpp"
 
+#include <cstdint>
 #include <optional>
 #include <string>
 
@@ -56,6 +57,17 @@ struct Conv::Prims {
   memory wx, wdy, wdw;
   dnnl::reorder wx_in, wdy_in, wdw_out;
   bool wdw_staged = false;
+  // Copies one pass makes and the next reuses, where both passes want the same bf16 layout:
+  // forward's x for the filter gradient (armed by a forward, used once, for the same x), and the
+  // data gradient's dy for the filter gradient inside backward().
+  bool share_x = false, share_dy = false;
+  const float* fx_of = nullptr;
+  // bf16 copies the caller made (Conv::forward's x16, backward's dy16), in the activations' own
+  // layout (x16_md, y16_md: the fp32 layouts' bf16 twins), read in place where a pass wants that
+  // layout; their handles are set per call.
+  memory::desc x16_md, y16_md;
+  memory x16_view, dy16_view;
+  bool fx_from_view = false;  // the last forward read x16_view, not fx
 
   // A bf16 copy of `from` in the layout `want`, and the reorder that makes it.
   void input(const memory& from, const memory::desc& want, memory& to, dnnl::reorder& copy) {
@@ -88,6 +100,8 @@ struct Conv::Prims {
         input(x32, bw_pd.src_desc(), wx, wx_in);
         input(dy32, bw_pd.diff_dst_desc(), wdy, wdy_in);
         wdw_staged = output(bw_pd.diff_weights_desc(), dw32, wdw, wdw_out);
+        share_x = run[0] && bw_pd.src_desc() == fwd_pd.src_desc();
+        share_dy = bd_pd && run[1] && bw_pd.diff_dst_desc() == bd_pd->diff_dst_desc();
         break;
     }
     built[static_cast<int>(pass)] = true;
@@ -119,6 +133,10 @@ Conv::Conv(const dnnl::engine& engine, const ConvGeom& g, Units units, bool ever
   p.dw32 = memory(w32_md, engine, nullptr);
   p.b32 = memory(b_md, engine, nullptr);
   p.db32 = memory(b_md, engine, nullptr);
+  p.x16_md = memory::desc(src_d, kBf16, g.c == 1 ? Tag::nchw : Tag::nChw16c);
+  p.y16_md = memory::desc(dst_d, kBf16, Tag::nChw16c);
+  p.x16_view = memory(p.x16_md, engine, nullptr);
+  p.dy16_view = memory(p.y16_md, engine, nullptr);
   // The primitives on layouts oneDNN picks (`any`): bf16 inputs, fp32 outputs.
   const memory::desc x_any(src_d, kBf16, Tag::any), w_any(w_d, kBf16, Tag::any),
       dy_any(dst_d, kBf16, Tag::any), y_any(dst_d, kF32, Tag::any), dx_any(src_d, kF32, Tag::any),
@@ -158,16 +176,23 @@ const std::string& Conv::impl(Pass pass) const {
   return p_->impls[static_cast<int>(pass)];
 }
 
-void Conv::forward(dnnl::stream& s, const float* x, const float* w, const float* b, float* y) {
+void Conv::forward(dnnl::stream& s, const float* x, const float* w, const float* b, float* y,
+                   const std::uint16_t* x16) {
   Prims& p = *p_;
   p.ready(Pass::Forward);
   p.x32.set_data_handle(const_cast<float*>(x));
   p.w32.set_data_handle(const_cast<float*>(w));
   p.b32.set_data_handle(const_cast<float*>(b));
   p.y32.set_data_handle(y);
-  p.fx_in.execute(s, p.x32, p.fx);
+  p.fx_from_view = x16 != nullptr && p.fwd_pd.src_desc() == p.x16_md;
+  if (p.fx_from_view) {
+    p.x16_view.set_data_handle(const_cast<std::uint16_t*>(x16));
+  } else {
+    p.fx_in.execute(s, p.x32, p.fx);
+  }
+  p.fx_of = x;  // the filter gradient of this forward reuses this copy (Prims::share_x)
   p.fw_in.execute(s, p.w32, p.fw);
-  p.fwd.execute(s, {{DNNL_ARG_SRC, p.fx},
+  p.fwd.execute(s, {{DNNL_ARG_SRC, p.fx_from_view ? p.x16_view : p.fx},
                     {DNNL_ARG_WEIGHTS, p.fw},
                     {DNNL_ARG_BIAS, p.b32},
                     {DNNL_ARG_DST, p.fy_staged ? p.fy : p.y32}});
@@ -176,32 +201,70 @@ void Conv::forward(dnnl::stream& s, const float* x, const float* w, const float*
 }
 
 void Conv::backward_data(dnnl::stream& s, const float* w, const float* dy, float* dx) {
+  data_grad(s, w, dy, nullptr, dx);
+}
+
+const dnnl::memory& Conv::data_grad(dnnl::stream& s, const float* w, const float* dy,
+                                    const std::uint16_t* dy16, float* dx) {
   Prims& p = *p_;
   p.ready(Pass::BackwardData);
   p.w32.set_data_handle(const_cast<float*>(w));
   p.dy32.set_data_handle(const_cast<float*>(dy));
   p.dx32.set_data_handle(dx);
-  p.ddy_in.execute(s, p.dy32, p.ddy);
+  const bool view = dy16 != nullptr && p.bd_pd->diff_dst_desc() == p.y16_md;
+  if (view) {
+    p.dy16_view.set_data_handle(const_cast<std::uint16_t*>(dy16));
+  } else {
+    p.ddy_in.execute(s, p.dy32, p.ddy);
+  }
   p.dwt_in.execute(s, p.w32, p.dwt);
-  p.bd.execute(s, {{DNNL_ARG_DIFF_DST, p.ddy},
+  p.bd.execute(s, {{DNNL_ARG_DIFF_DST, view ? p.dy16_view : p.ddy},
                    {DNNL_ARG_WEIGHTS, p.dwt},
                    {DNNL_ARG_DIFF_SRC, p.ddx_staged ? p.ddx : p.dx32}});
   if (p.ddx_staged) p.ddx_out.execute(s, p.ddx, p.dx32);
   s.wait();
+  return view ? p.dy16_view : p.ddy;
 }
 
 void Conv::backward_weights(dnnl::stream& s, const float* x, const float* dy, float* dw,
                             float* db) {
+  filter_grad(s, x, dy, nullptr, dw, db);
+}
+
+void Conv::backward(dnnl::stream& s, const float* x, const float* w, const float* dy, float* dw,
+                    float* db, float* dx, const std::uint16_t* dy16) {
+  Prims& p = *p_;
+  p.ready(Pass::BackwardWeights);
+  const dnnl::memory* ready = nullptr;  // dy in bf16, in the filter gradient's layout
+  if (dy16 != nullptr && p.bw_pd.diff_dst_desc() == p.y16_md) {
+    p.dy16_view.set_data_handle(const_cast<std::uint16_t*>(dy16));
+    ready = &p.dy16_view;
+  }
+  if (dx != nullptr) {
+    const dnnl::memory& used = data_grad(s, w, dy, dy16, dx);
+    // dy's bf16 copy, just made or read for the data gradient, where both take one layout.
+    if (ready == nullptr && p.share_dy) ready = &used;
+  }
+  filter_grad(s, x, dy, ready, dw, db);
+}
+
+void Conv::filter_grad(dnnl::stream& s, const float* x, const float* dy, const dnnl::memory* dy16,
+                       float* dw, float* db) {
   Prims& p = *p_;
   p.ready(Pass::BackwardWeights);
   p.x32.set_data_handle(const_cast<float*>(x));
   p.dy32.set_data_handle(const_cast<float*>(dy));
   p.dw32.set_data_handle(dw);
   p.db32.set_data_handle(db);
-  p.wx_in.execute(s, p.x32, p.wx);
-  p.wdy_in.execute(s, p.dy32, p.wdy);
-  p.bw.execute(s, {{DNNL_ARG_SRC, p.wx},
-                   {DNNL_ARG_DIFF_DST, p.wdy},
+  // x as the last forward of this geometry converted it, where that forward read this x: used
+  // once (a forward arms it again), so a later call on the same buffer converts afresh.
+  const bool x_from_forward = p.share_x && p.built[0] && p.fx_of == x;
+  p.fx_of = nullptr;
+  if (!x_from_forward) p.wx_in.execute(s, p.x32, p.wx);
+  if (dy16 == nullptr) p.wdy_in.execute(s, p.dy32, p.wdy);
+  const dnnl::memory& src = !x_from_forward ? p.wx : p.fx_from_view ? p.x16_view : p.fx;
+  p.bw.execute(s, {{DNNL_ARG_SRC, src},
+                   {DNNL_ARG_DIFF_DST, dy16 != nullptr ? *dy16 : p.wdy},
                    {DNNL_ARG_DIFF_WEIGHTS, p.wdw_staged ? p.wdw : p.dw32},
                    {DNNL_ARG_DIFF_BIAS, p.db32}});
   if (p.wdw_staged) p.wdw_out.execute(s, p.wdw, p.dw32);

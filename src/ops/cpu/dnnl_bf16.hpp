@@ -10,6 +10,7 @@
 
 #include <dnnl.hpp>
 
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -45,12 +46,29 @@ class Conv {
   const std::string& impl(Pass pass) const;
 
   // The passes in bf16, on fp32 buffers in the backend's layout (x, y, dy, dx) and PyTorch's (w,
-  // b, dw: OIHW; db: [K]). Each converts its inputs to bf16 first.
-  void forward(dnnl::stream& s, const float* x, const float* w, const float* b, float* y);
+  // b, dw: OIHW; db: [K]). Each converts its inputs to bf16 first, except where the caller hands
+  // over x's (forward) or dy's (backward) bf16 copy, x16/dy16, in the fp32 buffer's own layout
+  // (the activations' [N][C/16][H][W][16], the image's NCHW, as bf16): a pass whose primitive
+  // takes that layout reads it in place (the copy stays unchanged until the pass returns; x16
+  // until the filter gradient of this forward).
+  void forward(dnnl::stream& s, const float* x, const float* w, const float* b, float* y,
+               const std::uint16_t* x16 = nullptr);
   void backward_data(dnnl::stream& s, const float* w, const float* dy, float* dx);
+  // The filter gradient reads the bf16 copy of x its geometry's last forward made, where that
+  // forward read the same x (once per forward: the caller keeps x unchanged between a forward and
+  // its backward, as the model's backward already requires).
   void backward_weights(dnnl::stream& s, const float* x, const float* dy, float* dw, float* db);
+  // The filter gradient and, where dx is not nullptr, the data gradient (both passes bf16 then),
+  // dy converted to bf16 once where both take the same layout: bitwise the calls above in turn.
+  void backward(dnnl::stream& s, const float* x, const float* w, const float* dy, float* dw,
+                float* db, float* dx, const std::uint16_t* dy16 = nullptr);
 
  private:
+  // The data gradient; returns the bf16 dy it read (the caller's copy or its own).
+  const dnnl::memory& data_grad(dnnl::stream& s, const float* w, const float* dy,
+                                const std::uint16_t* dy16, float* dx);
+  void filter_grad(dnnl::stream& s, const float* x, const float* dy, const dnnl::memory* dy16,
+                   float* dw, float* db);
   struct Prims;
   std::unique_ptr<Prims> p_;
 };
