@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "../common/compare.hpp"
+#include "mnist_ddp/base/half.hpp"
 #include "mnist_ddp/model/model.hpp"
 #include "mnist_ddp/ops/ops.hpp"
 #include "ops/cpu/blocked_loops.hpp"
@@ -231,9 +232,24 @@ TEST_P(BlockedLoops, Avx2LoopsEqualGenericOnesBitForBit) {
     EXPECT_EQ(ss_a, ss_b);
     std::vector<float> y_a(size / 4), y_b(size / 4);
     std::vector<std::uint8_t> arg_a(size / 4), arg_b(size / 4);
-    gen.forward(c, n, h, w, x.data(), scale.data(), shift.data(), y_a.data(), arg_a.data());
-    simd.forward(c, n, h, w, x.data(), scale.data(), shift.data(), y_b.data(), arg_b.data());
+    // The bf16 copies (--amp bf16) stored with each output: to_bf16 of it, on both loops.
+    const auto bf16_of = [](const std::vector<float>& v) {
+      std::vector<std::uint16_t> h(v.size());
+      for (std::size_t i = 0; i < v.size(); ++i) h[i] = to_bf16(v[i]);
+      return h;
+    };
+    std::vector<std::uint16_t> y16_a(size / 4), y16_b(size / 4);
+    gen.forward(c, n, h, w, x.data(), scale.data(), shift.data(), y_a.data(), arg_a.data(),
+                y16_a.data());
+    simd.forward(c, n, h, w, x.data(), scale.data(), shift.data(), y_b.data(), arg_b.data(),
+                 y16_b.data());
     EXPECT_EQ(bit_patterns(y_a), bit_patterns(y_b));
+    EXPECT_EQ(y16_a, bf16_of(y_a));
+    EXPECT_EQ(y16_b, bf16_of(y_a));
+    std::vector<float> y_c(size / 4);
+    simd.forward(c, n, h, w, x.data(), scale.data(), shift.data(), y_c.data(), arg_b.data(),
+                 nullptr);
+    EXPECT_EQ(bit_patterns(y_c), bit_patterns(y_a));
     EXPECT_EQ(arg_a, arg_b);
     for (int k = 0; k < 4; ++k) {  // every argmax value occurs
       EXPECT_GT(std::count(arg_a.begin(), arg_a.end(), static_cast<std::uint8_t>(k)), 0) << k;
@@ -244,12 +260,18 @@ TEST_P(BlockedLoops, Avx2LoopsEqualGenericOnesBitForBit) {
                    s_b.data(), ss_b.data());
     EXPECT_EQ(s_a, s_b);
     EXPECT_EQ(ss_a, ss_b);
-    std::vector<float> dx_a(size), dx_b(size);
+    std::vector<float> dx_a(size), dx_b(size), dx_c(size);
+    std::vector<std::uint16_t> dx16_a(size), dx16_b(size);
     gen.backward(c, n, h, w, x.data(), y_a.data(), dy.data(), arg_a.data(), mean.data(), kk.data(),
-                 c0.data(), c1.data(), dx_a.data());
+                 c0.data(), c1.data(), dx_a.data(), dx16_a.data());
     simd.backward(c, n, h, w, x.data(), y_a.data(), dy.data(), arg_a.data(), mean.data(), kk.data(),
-                  c0.data(), c1.data(), dx_b.data());
+                  c0.data(), c1.data(), dx_b.data(), dx16_b.data());
+    simd.backward(c, n, h, w, x.data(), y_a.data(), dy.data(), arg_a.data(), mean.data(), kk.data(),
+                  c0.data(), c1.data(), dx_c.data(), nullptr);
     EXPECT_EQ(bit_patterns(dx_a), bit_patterns(dx_b));
+    EXPECT_EQ(bit_patterns(dx_c), bit_patterns(dx_a));
+    EXPECT_EQ(dx16_a, bf16_of(dx_a));
+    EXPECT_EQ(dx16_b, bf16_of(dx_a));
   }
 }
 INSTANTIATE_TEST_SUITE_P(Blocks, BlockedLoops, ::testing::Values(8, 16));

@@ -12,6 +12,7 @@
 #include <immintrin.h>
 
 #include <cstddef>
+#include <cstring>
 
 namespace mnist_ddp::blocked {
 namespace {
@@ -175,9 +176,29 @@ void grad_sums_b(int c, int n, int h, int w, const float* x, const float* y, con
   }
 }
 
+// 8 floats to bf16 at p (half.hpp's to_bf16 on each: round to nearest even, NaN quietened): the
+// CPU's conversion where it has AVX512-BF16, else the same rounding in AVX2 integer operations.
+inline void store_bf16(std::uint16_t* p, __m256 v) {
+#if defined(__AVX512BF16__) && defined(__AVX512VL__)
+  const __m128bh h = _mm256_cvtneps_pbh(v);
+  std::memcpy(p, &h, sizeof h);
+#else
+  const __m256i u = _mm256_castps_si256(v);
+  const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)),
+                                         _mm256_set1_epi32(0x7f800000));
+  const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+  const __m256i rounded = _mm256_add_epi32(u, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), odd));
+  const __m256i quiet = _mm256_or_si256(u, _mm256_set1_epi32(0x00400000));
+  const __m256i top = _mm256_srli_epi32(_mm256_blendv_epi8(rounded, quiet, nan), 16);
+  // packus per 128-bit lane: [a0..a3 a0..a3 | a4..a7 a4..a7]; the permute brings a0..a7 low.
+  const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(top, top), 0x08);
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_castsi256_si128(packed));
+#endif
+}
+
 template <int B>
 void forward_b(int c, int n, int h, int w, const float* x, const float* scale, const float* shift,
-               float* y, std::uint8_t* argmax) {
+               float* y, std::uint8_t* argmax, std::uint16_t* y16) {
   constexpr int G = B / kLanes;  // lane groups per pixel, all done per window
   const int cb_count = c / B, oh = h / 2, ow = w / 2;
   const std::size_t row = static_cast<std::size_t>(w) * B;
@@ -211,7 +232,9 @@ void forward_b(int c, int n, int h, int w, const float* x, const float* scale, c
             const __m256 gt = _mm256_cmp_ps(m23, m01, _CMP_GT_OQ);
             const __m256 best = _mm256_blendv_ps(m01, m23, gt);
             const std::size_t og = o + g * kLanes;
-            _mm256_storeu_ps(yp + og, _mm256_and_ps(_mm256_cmp_ps(best, zero, _CMP_GT_OQ), best));
+            const __m256 out = _mm256_and_ps(_mm256_cmp_ps(best, zero, _CMP_GT_OQ), best);
+            _mm256_storeu_ps(yp + og, out);
+            if (y16 != nullptr) store_bf16(y16 + plane * oh * ow * B + og, out);
             // Index: gt01 ? 1 : 0, gt23 ? 3 : 2, gt takes the second pair; 8 x i32 -> 8 bytes.
             const __m256i i01 = _mm256_and_si256(_mm256_castps_si256(gt01), one);
             const __m256i i23 =
@@ -230,7 +253,7 @@ void forward_b(int c, int n, int h, int w, const float* x, const float* scale, c
 template <int B>
 void backward_b(int c, int n, int h, int w, const float* x, const float* y, const float* dy,
                 const std::uint8_t* argmax, const float* mean, const float* kk, const float* c0,
-                const float* c1, float* dx) {
+                const float* c1, float* dx, std::uint16_t* dx16) {
   constexpr int G = B / kLanes;  // lane groups per pixel, all done per window
   const int cb_count = c / B, oh = h / 2, ow = w / 2;
   const std::size_t row = static_cast<std::size_t>(w) * B;
@@ -250,6 +273,7 @@ void backward_b(int c, int n, int h, int w, const float* x, const float* y, cons
       const std::size_t plane = plane_of(i, cb_count, cb);
       const float* xp = x + plane * h * w * B;
       float* dxp = dx + plane * h * w * B;
+      std::uint16_t* hp = dx16 != nullptr ? dx16 + plane * h * w * B : nullptr;
       const std::size_t q0 = plane * oh * ow * B;
       for (int oy = 0; oy < oh; ++oy) {
         for (int ox = 0; ox < ow; ++ox) {
@@ -266,7 +290,9 @@ void backward_b(int c, int n, int h, int w, const float* x, const float* y, cons
               const __m256 at = _mm256_castsi256_ps(_mm256_cmpeq_epi32(k, kj));
               const __m256 xv = _mm256_loadu_ps(xp + off + p);
               const __m256 base = _mm256_fmadd_ps(_mm256_sub_ps(xv, mu[g]), c1_v[g], c0_v[g]);
-              _mm256_storeu_ps(dxp + off + p, _mm256_add_ps(base, _mm256_and_ps(at, g_v)));
+              const __m256 out = _mm256_add_ps(base, _mm256_and_ps(at, g_v));
+              _mm256_storeu_ps(dxp + off + p, out);
+              if (hp != nullptr) store_bf16(hp + off + p, out);
             };
             put(0, k0);
             put(B, k1);

@@ -1,6 +1,7 @@
 // blocked_generic.cpp — the four loops of the fused BN->ReLU->maxpool kernels in portable C++,
 // a template on the block B: per-window lane loops the compiler vectorises one block wide. What
 // runs on a build without AVX2+FMA, and the arithmetic blocked_avx2.cpp matches bit for bit.
+#include "mnist_ddp/base/half.hpp"
 #include "ops/cpu/blocked_loops.hpp"
 
 #include <cstddef>
@@ -106,7 +107,7 @@ void stats_sums_b(int c, int n, int hw, const float* x, double* s_out, double* s
 // y = relu(maxpool(x * scale + shift)) and the argmax; scale, shift: [C].
 template <int B>
 void forward_apply_b(int c, int n, int h, int w, const float* x, const float* scale,
-                     const float* shift, float* y, std::uint8_t* argmax) {
+                     const float* shift, float* y, std::uint8_t* argmax, std::uint16_t* y16) {
   const int cb_count = c / B, oh = h / 2, ow = w / 2;
   for (int cb = 0; cb < cb_count; ++cb) {
     const float* sc = scale + cb * B;
@@ -122,6 +123,7 @@ void forward_apply_b(int c, int n, int h, int w, const float* x, const float* sc
           const std::size_t o = (static_cast<std::size_t>(oy) * ow + ox) * B;
           window_forward<B>(a, a + B, a + static_cast<std::size_t>(w) * B,
                             a + static_cast<std::size_t>(w) * B + B, sc, sh, yp + o, ap + o);
+          if (y16 != nullptr) to_bf16(B, yp + o, y16 + plane * oh * ow * B + o);
         }
       }
     }
@@ -169,7 +171,7 @@ void grad_sums_b(int c, int n, int h, int w, const float* x, const float* y, con
 template <int B>
 void backward_apply_b(int c, int n, int h, int w, const float* x, const float* y, const float* dy,
                       const std::uint8_t* argmax, const float* mean, const float* kk,
-                      const float* c0, const float* c1, float* dx) {
+                      const float* c0, const float* c1, float* dx, std::uint16_t* dx16) {
   const int cb_count = c / B, oh = h / 2, ow = w / 2;
   for (int cb = 0; cb < cb_count; ++cb) {
     const int o = cb * B;
@@ -187,6 +189,11 @@ void backward_apply_b(int c, int n, int h, int w, const float* x, const float* y
           window_backward<B>(a, a + B, a + row, a + row + B, y + q, dy + q, argmax + q, mean + o,
                              kk + o, c0 + o, c1 + o, dxp + off, dxp + off + B, dxp + off + row,
                              dxp + off + row + B);
+          if (dx16 != nullptr) {
+            std::uint16_t* hp = dx16 + plane * h * w * B + off;
+            to_bf16(2 * B, dxp + off, hp);
+            to_bf16(2 * B, dxp + off + row, hp + row);
+          }
         }
       }
     }

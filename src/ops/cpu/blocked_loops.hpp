@@ -19,17 +19,18 @@ struct PixelLoops {
   void (*stats_sums)(int c, int n, int hw, const float* x, double* s, double* ss);
   // y = relu(max over each 2x2 window of x*scale + shift), argmax (0..3, row-major; the first
   // maximum wins). x: [N][C/B][H][W][B]; scale, shift: [C]; y, argmax: [N][C/B][H/2][W/2][B].
+  // y16, where not nullptr: y's bf16 copy (to_bf16 of each value, stored with it), the same layout.
   void (*forward)(int c, int n, int h, int w, const float* x, const float* scale,
-                  const float* shift, float* y, std::uint8_t* argmax);
+                  const float* shift, float* y, std::uint8_t* argmax, std::uint16_t* y16);
   // Per channel: s1 = sum of g, s2 = sum of g * (x[argmax] - mean), g = dy where y > 0, else 0;
   // float sums over one image's plane, folded into the double ones per image. mean, s1, s2: [C].
   void (*grad_sums)(int c, int n, int h, int w, const float* x, const float* y, const float* dy,
                     const std::uint8_t* argmax, const float* mean, double* s1, double* s2);
   // dx = c0 + (x - mean) * c1 at all four window positions, + kk*g at the argmax.
-  // mean, kk, c0, c1: [C]; dx: [N][C/B][H][W][B].
+  // mean, kk, c0, c1: [C]; dx: [N][C/B][H][W][B]; dx16, where not nullptr: dx's bf16 copy.
   void (*backward)(int c, int n, int h, int w, const float* x, const float* y, const float* dy,
                    const std::uint8_t* argmax, const float* mean, const float* kk, const float* c0,
-                   const float* c1, float* dx);
+                   const float* c1, float* dx, std::uint16_t* dx16);
 };
 
 // The loops at `block` (8 or 16): portable, and (defined only where kAvx2Build) AVX2.

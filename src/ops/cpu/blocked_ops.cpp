@@ -62,20 +62,20 @@ void stats_b(int block, int c, int n, int hw, const float* x, double eps, double
 
 void forward_b(int block, int c, int n, int h, int w, const float* x, const float* gamma,
                const float* beta, const float* mean, const float* invstd, float* y,
-               std::uint8_t* argmax) {
+               std::uint8_t* argmax, std::uint16_t* y16) {
   std::vector<float> scale(static_cast<std::size_t>(c)), shift(static_cast<std::size_t>(c));
   for (int ch = 0; ch < c; ++ch) {
     const double sc = static_cast<double>(gamma[ch]) * invstd[ch];
     scale[ch] = static_cast<float>(sc);
     shift[ch] = static_cast<float>(beta[ch] - static_cast<double>(mean[ch]) * sc);
   }
-  pixel_loops(block).forward(c, n, h, w, x, scale.data(), shift.data(), y, argmax);
+  pixel_loops(block).forward(c, n, h, w, x, scale.data(), shift.data(), y, argmax, y16);
 }
 
 void backward_b(int block, int c, int n, int h, int w, const float* x, const float* y,
                 const float* dy, const std::uint8_t* argmax, const float* gamma, const float* mean,
                 const float* invstd, bool batch_stats, float* dx, float* dgamma, float* dbeta,
-                const BnSync* sync) {
+                const BnSync* sync, std::uint16_t* dx16) {
   const std::size_t cs = static_cast<std::size_t>(c);
   double m_full = static_cast<double>(n) * h * w;
   std::vector<double> s1(cs), s2(cs), sums(2 * cs);
@@ -98,7 +98,7 @@ void backward_b(int block, int c, int n, int h, int w, const float* x, const flo
     c1[ch] = batch_stats ? static_cast<float>(-k * sums[2 * ch + 1] * is * is / m_full) : 0.f;
   }
   pixel_loops(block).backward(c, n, h, w, x, y, dy, argmax, mean, kk.data(), c0.data(), c1.data(),
-                              dx);
+                              dx, dx16);
 }
 
 enum class Plain { Rows, Cnhw };  // [N][C*HW] (fc rows) or [C][N][HW] (reference layout)
@@ -136,19 +136,19 @@ void batchnorm_stats(int block, int c, int n, int hw, const float* x, double eps
 }
 void bn_relu_pool_forward(int block, int c, int n, int h, int w, const float* x, const float* gamma,
                           const float* beta, const float* mean, const float* invstd, float* y,
-                          std::uint8_t* argmax) {
+                          std::uint8_t* argmax, std::uint16_t* y16) {
   check_blocked(block, c);
   check_pooled(h, w);
-  forward_b(block, c, n, h, w, x, gamma, beta, mean, invstd, y, argmax);
+  forward_b(block, c, n, h, w, x, gamma, beta, mean, invstd, y, argmax, y16);
 }
 void bn_relu_pool_backward(int block, int c, int n, int h, int w, const float* x, const float* y,
                            const float* dy, const std::uint8_t* argmax, const float* gamma,
                            const float* mean, const float* invstd, bool batch_stats, float* dx,
-                           float* dgamma, float* dbeta, const BnSync* sync) {
+                           float* dgamma, float* dbeta, const BnSync* sync, std::uint16_t* dx16) {
   check_blocked(block, c);
   check_pooled(h, w);
   backward_b(block, c, n, h, w, x, y, dy, argmax, gamma, mean, invstd, batch_stats, dx, dgamma,
-             dbeta, sync);
+             dbeta, sync, dx16);
 }
 void to_rows(int block, int c, int n, int hw, const float* x, float* rows) {
   convert(Plain::Rows, false, block, c, n, hw, x, rows);

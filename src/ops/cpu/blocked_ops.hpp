@@ -16,14 +16,16 @@ namespace mnist_ddp::blocked {
 void batchnorm_stats(int block, int c, int n, int hw, const float* x, double eps, double momentum,
                      float* save_mean, float* save_invstd, float* running_mean, float* running_var,
                      const BnSync* sync = nullptr);
-// y, argmax: [N][C/B][H/2][W/2][B]
+// y, argmax: [N][C/B][H/2][W/2][B]. y16 / dx16, where not nullptr: the output's bf16 copy
+// (to_bf16 of each value, stored as it is made), in the output's layout (--amp bf16).
 void bn_relu_pool_forward(int block, int c, int n, int h, int w, const float* x, const float* gamma,
                           const float* beta, const float* mean, const float* invstd, float* y,
-                          std::uint8_t* argmax);
+                          std::uint8_t* argmax, std::uint16_t* y16 = nullptr);
 void bn_relu_pool_backward(int block, int c, int n, int h, int w, const float* x, const float* y,
                            const float* dy, const std::uint8_t* argmax, const float* gamma,
                            const float* mean, const float* invstd, bool batch_stats, float* dx,
-                           float* dgamma, float* dbeta, const BnSync* sync = nullptr);
+                           float* dgamma, float* dbeta, const BnSync* sync = nullptr,
+                           std::uint16_t* dx16 = nullptr);
 // x[N][C/B][HW][B] <-> rows[N][C*HW] (PyTorch's flatten order).
 void to_rows(int block, int c, int n, int hw, const float* x, float* rows);
 void from_rows(int block, int c, int n, int hw, const float* rows, float* x);

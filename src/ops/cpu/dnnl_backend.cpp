@@ -321,19 +321,23 @@ class DnnlOps final : public HostOps {
                             const float* beta, const float* mean, const float* invstd, float* y,
                             std::uint8_t* argmax) override {
     pending_ = {};
-    blocked::bn_relu_pool_forward(block_, c, n, h, w, x, gamma, beta, mean, invstd, y, argmax);
-    // A pooled output is the next convolution's input (layer1's, read by layer2).
-    if (amp_ == AmpMode::Bf16) keep_bf16(y, static_cast<std::size_t>(n) * c * (h / 2) * (w / 2));
+    // A pooled output is the next convolution's input (layer1's, read by layer2): under --amp bf16
+    // the kernel stores its bf16 copy too.
+    std::uint16_t* y16 = amp_ == AmpMode::Bf16
+                             ? keep_bf16(y, static_cast<std::size_t>(n) * c * (h / 2) * (w / 2))
+                             : nullptr;
+    blocked::bn_relu_pool_forward(block_, c, n, h, w, x, gamma, beta, mean, invstd, y, argmax, y16);
   }
   void bn_relu_pool_backward(int c, int n, int h, int w, const float* x, const float* y,
                              const float* dy, const std::uint8_t* argmax, const float* gamma,
                              const float* mean, const float* invstd, bool batch_stats, float* dx,
                              float* dgamma, float* dbeta) override {
     pending_ = {};
-    blocked::bn_relu_pool_backward(block_, c, n, h, w, x, y, dy, argmax, gamma, mean, invstd,
-                                   batch_stats, dx, dgamma, dbeta, bn_sync_);
     // dx is the convolution's output gradient, which its backward reads next.
-    if (amp_ == AmpMode::Bf16) keep_bf16(dx, static_cast<std::size_t>(n) * c * h * w);
+    std::uint16_t* dx16 =
+        amp_ == AmpMode::Bf16 ? keep_bf16(dx, static_cast<std::size_t>(n) * c * h * w) : nullptr;
+    blocked::bn_relu_pool_backward(block_, c, n, h, w, x, y, dy, argmax, gamma, mean, invstd,
+                                   batch_stats, dx, dgamma, dbeta, bn_sync_, dx16);
   }
   void to_fc_rows(int c, int n, int hw, const float* x, float* y) override {
     pending_ = {};
@@ -381,15 +385,16 @@ class DnnlOps final : public HostOps {
   static std::size_t w_elems(const ConvGeom& g) {
     return static_cast<std::size_t>(g.k) * g.c * g.r * g.r;
   }
-  // --amp bf16: the bf16 copy of an output the fused BN->ReLU->pool kernels just wrote, made
-  // while it is still in cache, for the convolution that reads it next; handed to exactly the
-  // next call (take_bf16), and only where that call reads the same buffer: any other call drops
-  // it, so a caller's own writes to the buffer after this backend's are never missed.
-  void keep_bf16(const float* of, std::size_t n) {
+  // --amp bf16: the buffer for the bf16 copy of an output the fused BN->ReLU->pool kernels are
+  // about to write (they store each value's bf16 with it), for the convolution that reads it
+  // next; handed to exactly the next call (take_bf16), and only where that call reads the same
+  // buffer: any other call drops it, so a caller's own writes after this backend's are never
+  // missed.
+  std::uint16_t* keep_bf16(const float* of, std::size_t n) {
     std::vector<std::uint16_t>& copy = bf16_copies_[of];
     if (copy.size() < n) copy.resize(n);
-    to_bf16(n, of, copy.data());
     pending_ = {of, n, copy.data()};
+    return copy.data();
   }
   const std::uint16_t* take_bf16(const float* of, std::size_t n) {
     const Pending p = pending_;
