@@ -17,6 +17,7 @@
 #include <memory>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "mnist_ddp/base/half.hpp"
@@ -391,8 +392,10 @@ class DnnlOps final : public HostOps {
   // buffer: any other call drops it, so a caller's own writes after this backend's are never
   // missed.
   std::uint16_t* keep_bf16(const float* of, std::size_t n) {
-    std::vector<std::uint16_t>& copy = bf16_copies_[of];
-    if (copy.size() < n) copy.resize(n);
+    // One buffer per (output, size), never resized: a convolution may hold a copy from its
+    // forward until its filter gradient while an evaluation's larger batch writes the same output.
+    std::vector<std::uint16_t>& copy = bf16_copies_[{of, n}];
+    if (copy.size() != n) copy.resize(n);
     pending_ = {of, n, copy.data()};
     return copy.data();
   }
@@ -425,7 +428,7 @@ class DnnlOps final : public HostOps {
     const std::uint16_t* copy = nullptr;
   };
   Pending pending_;  // the last call's bf16 copy of its output (keep_bf16)
-  std::map<const float*, std::vector<std::uint16_t>> bf16_copies_;  // per buffer copied
+  std::map<std::pair<const float*, std::size_t>, std::vector<std::uint16_t>> bf16_copies_;
 };
 
 // What --amp bf16 runs for the model's passes on this CPU: oneDNN's bf16 implementations, then
