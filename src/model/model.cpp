@@ -37,7 +37,7 @@ struct ConvNet::Block {
   Tensor conv_out;                 // [K][N][H][W] conv output (BN input)
   Tensor pooled;                   // [K][N][H/2][W/2] block output
   Tensor d_pooled;                 // [K][N][H/2][W/2] its gradient
-  Tensor d_conv;                   // [K][N][H][W] gradient at the conv output
+  Tensor d_conv;                   // [K][N][H][W] gradient at the conv output (backward scratch)
   Tensor mean, invstd;             // [K] statistics used by the forward (batch or running)
   std::uint8_t* argmax = nullptr;  // [K][N][H/2][W/2]
 };
@@ -225,17 +225,30 @@ void ConvNet::backward(const float* dlogits, const std::function<void(int layer)
     g.n = n;
     const int k = g.k, h = g.out_h(), w = g.out_w();
     const std::string pre = b.prefix;
-    ops_.bn_relu_pool_backward(k, n, h, w, b.conv_out.data(), b.pooled.data(), b.d_pooled.data(),
-                               b.argmax, param((pre + ".1.weight").c_str()), b.mean.data(),
-                               b.invstd.data(), mode_ == Mode::Train, b.d_conv.data(),
-                               grad((pre + ".1.weight").c_str()), grad((pre + ".1.bias").c_str()));
+    const BnReluPoolGrad bn{.c = k,
+                            .n = n,
+                            .h = h,
+                            .w = w,
+                            .x = b.conv_out.data(),
+                            .y = b.pooled.data(),
+                            .dy = b.d_pooled.data(),
+                            .argmax = b.argmax,
+                            .gamma = param((pre + ".1.weight").c_str()),
+                            .mean = b.mean.data(),
+                            .invstd = b.invstd.data(),
+                            .batch_stats = mode_ == Mode::Train,
+                            .dx = b.d_conv.data(),
+                            .dgamma = grad((pre + ".1.weight").c_str()),
+                            .dbeta = grad((pre + ".1.bias").c_str())};
     const float* in = bi == 0 ? input_ : blocks_[static_cast<std::size_t>(bi) - 1].pooled.data();
     // The input gradient of layer2 is layer1's pooled gradient; layer1 needs none (the image is
-    // not trained), which saves a third of layer1's backward. One call for both gradients lets a
-    // backend make them concurrently (CUDA: two streams, joined before it returns).
+    // not trained), which saves a third of layer1's backward. One call for the block lets a
+    // backend make the convolution's two gradients concurrently (CUDA: two streams, joined before
+    // it returns) and keep d_conv in the form its convolution reads (CPU --amp bf16: bf16 only).
     float* d_in = bi > 0 ? blocks_[static_cast<std::size_t>(bi) - 1].d_pooled.data() : nullptr;
-    ops_.conv2d_backward(g, in, param((pre + ".0.weight").c_str()), b.d_conv.data(),
-                         grad((pre + ".0.weight").c_str()), grad((pre + ".0.bias").c_str()), d_in);
+    ops_.bn_relu_pool_conv_backward(bn, g, in, param((pre + ".0.weight").c_str()),
+                                    grad((pre + ".0.weight").c_str()),
+                                    grad((pre + ".0.bias").c_str()), d_in);
     span.reset();
     if (on_ready) on_ready(bi);
   }

@@ -12,6 +12,13 @@ void Ops::conv2d_backward(const ConvGeom& g, const float* x, const float* w, con
   if (dx != nullptr) conv2d_backward_data(g, w, dy, dx);
 }
 
+void Ops::bn_relu_pool_conv_backward(const BnReluPoolGrad& bn, const ConvGeom& g, const float* x,
+                                     const float* w, float* dw, float* db, float* dx) {
+  bn_relu_pool_backward(bn.c, bn.n, bn.h, bn.w, bn.x, bn.y, bn.dy, bn.argmax, bn.gamma, bn.mean,
+                        bn.invstd, bn.batch_stats, bn.dx, bn.dgamma, bn.dbeta);
+  conv2d_backward(g, x, w, bn.dx, dw, db, dx);
+}
+
 std::unique_ptr<StepGraphs> Ops::make_step_graphs(CaptureHooks hooks, bool inject_failure) {
   MNIST_DDP_CHECK(false, "CUDA graphs asked of a backend without a stream");
   return nullptr;

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <iostream>
 #include <limits>
 #include <vector>
 
@@ -27,6 +28,12 @@ namespace {
 
 using testing::uniform_floats;
 using DVec = std::vector<double>;
+
+std::vector<std::uint32_t> bits_of(const std::vector<float>& v) {
+  std::vector<std::uint32_t> u(v.size());
+  if (!v.empty()) std::memcpy(u.data(), v.data(), v.size() * sizeof(float));
+  return u;
+}
 
 float bits_float(std::uint32_t u) {
   float f;
@@ -311,6 +318,90 @@ TEST(Bf16Copies, KernelMadeCopiesGiveTheBitsOfConversionsAndNeverGoStale) {
   EXPECT_NE(dwa, dw1);
   ops->free_bytes(argmax);
   ops->free_bytes(argmax2);
+}
+
+// A block's backward in one call (the model's), against the two calls it stands for, on fresh
+// backends: the same bits in every gradient, fp32 and bf16, at layer1's and layer2's shapes.
+// Under --amp bf16, where every pass of the convolution reads dy's bf16 copy in place, the BN
+// kernel stores only that copy and the scratch d_conv stays as it was; elsewhere it holds the
+// two calls' d_conv.
+TEST(Bf16BlockBackward, OneCallGivesTheBitsOfBnBackwardThenConvBackward) {
+  if (bf16::cpu_units() == bf16::Units::None) GTEST_SKIP() << "no bf16 units on this CPU";
+  const int n = 3;
+  for (const ConvGeom g : {ConvGeom{n, 1, 28, 28, 16, 5, 2}, ConvGeom{n, 16, 14, 14, 32, 5, 2}}) {
+    const int k = g.k, h = g.out_h(), w = g.out_w();
+    const std::size_t out_n = static_cast<std::size_t>(n) * k * h * w,
+                      in_n = static_cast<std::size_t>(n) * g.c * g.h * g.w;
+    const auto x = uniform_floats(in_n, 31);
+    const auto wt = uniform_floats(static_cast<std::size_t>(k) * g.c * 25, 32);
+    const auto conv_out = uniform_floats(out_n, 33), d_pool = uniform_floats(out_n / 4, 34);
+    const auto gamma = uniform_floats(k, 35), beta = uniform_floats(k, 36);
+    const std::vector<float> mean(k, 0.05f), invstd(k, 1.1f);
+    for (const bool bf16 : {false, true}) {
+      SCOPED_TRACE(::testing::Message() << (bf16 ? "bf16" : "fp32") << ", " << g.c << " -> " << k);
+      struct Out {
+        std::vector<float> d_conv, dgamma, dbeta, dw, db, dx;
+      };
+      const auto run = [&](bool one_call) {
+        auto ops = make_dnnl_ops(16);
+        if (bf16) ops->set_amp(AmpMode::Bf16, nullptr, nullptr);
+        std::vector<float> pooled(out_n / 4);
+        std::uint8_t* argmax = ops->alloc_bytes(out_n / 4);
+        ops->bn_relu_pool_forward(k, n, h, w, conv_out.data(), gamma.data(), beta.data(),
+                                  mean.data(), invstd.data(), pooled.data(), argmax);
+        Out o{std::vector<float>(out_n, std::numeric_limits<float>::quiet_NaN()),
+              std::vector<float>(k),
+              std::vector<float>(k),
+              std::vector<float>(wt.size()),
+              std::vector<float>(k),
+              std::vector<float>(g.c > 1 ? in_n : 0)};
+        float* dx = g.c > 1 ? o.dx.data() : nullptr;
+        const BnReluPoolGrad bn{k,
+                                n,
+                                h,
+                                w,
+                                conv_out.data(),
+                                pooled.data(),
+                                d_pool.data(),
+                                argmax,
+                                gamma.data(),
+                                mean.data(),
+                                invstd.data(),
+                                true,
+                                o.d_conv.data(),
+                                o.dgamma.data(),
+                                o.dbeta.data()};
+        if (one_call) {
+          ops->bn_relu_pool_conv_backward(bn, g, x.data(), wt.data(), o.dw.data(), o.db.data(), dx);
+        } else {
+          ops->bn_relu_pool_backward(k, n, h, w, bn.x, bn.y, bn.dy, bn.argmax, bn.gamma, bn.mean,
+                                     bn.invstd, true, bn.dx, bn.dgamma, bn.dbeta);
+          ops->conv2d_backward(g, x.data(), wt.data(), bn.dx, o.dw.data(), o.db.data(), dx);
+        }
+        ops->free_bytes(argmax);
+        return o;
+      };
+      const Out two = run(false), one = run(true);
+      EXPECT_EQ(bits_of(one.dgamma), bits_of(two.dgamma));
+      EXPECT_EQ(bits_of(one.dbeta), bits_of(two.dbeta));
+      EXPECT_EQ(bits_of(one.dw), bits_of(two.dw));
+      EXPECT_EQ(bits_of(one.db), bits_of(two.db));
+      EXPECT_EQ(bits_of(one.dx), bits_of(two.dx));
+      for (float v : two.d_conv) ASSERT_FALSE(std::isnan(v));
+      const bool copy_only =
+          bf16 && bf16::Conv(dnnl::engine(dnnl::engine::kind::cpu, 0), g, bf16::cpu_units())
+                      .reads_dy16_only(g.c > 1);
+      if (copy_only) {
+        EXPECT_TRUE(std::all_of(one.d_conv.begin(), one.d_conv.end(), [](float v) {
+          return std::isnan(v);
+        })) << "the scratch d_conv was written though its convolution reads the bf16 copy only";
+      } else {
+        EXPECT_EQ(bits_of(one.d_conv), bits_of(two.d_conv));
+      }
+      std::cout << "   " << (bf16 ? "bf16" : "fp32") << ", " << g.c << " -> " << k << ": "
+                << (copy_only ? "bf16 copy only" : "fp32 d_conv written") << "\n";
+    }
+  }
 }
 
 TEST(Bf16Linear, FcGemmsAreFp32SumsOfBf16Copies) {

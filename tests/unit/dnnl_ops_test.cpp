@@ -272,6 +272,14 @@ TEST_P(BlockedLoops, Avx2LoopsEqualGenericOnesBitForBit) {
     EXPECT_EQ(bit_patterns(dx_c), bit_patterns(dx_a));
     EXPECT_EQ(dx16_a, bf16_of(dx_a));
     EXPECT_EQ(dx16_b, bf16_of(dx_a));
+    // The copy alone (dx not stored): the same bits, from both loops.
+    std::vector<std::uint16_t> only_a(size), only_b(size);
+    gen.backward(c, n, h, w, x.data(), y_a.data(), dy.data(), arg_a.data(), mean.data(), kk.data(),
+                 c0.data(), c1.data(), nullptr, only_a.data());
+    simd.backward(c, n, h, w, x.data(), y_a.data(), dy.data(), arg_a.data(), mean.data(), kk.data(),
+                  c0.data(), c1.data(), nullptr, only_b.data());
+    EXPECT_EQ(only_a, dx16_a);
+    EXPECT_EQ(only_b, dx16_a);
   }
 }
 INSTANTIATE_TEST_SUITE_P(Blocks, BlockedLoops, ::testing::Values(8, 16));

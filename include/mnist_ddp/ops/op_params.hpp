@@ -4,6 +4,7 @@
 // vocabulary, in namespace mnist_ddp, public so that ops.hpp includes no private header.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 
 namespace mnist_ddp {
@@ -17,6 +18,24 @@ struct ConvGeom {
   int chunk = 0;  // images per im2col chunk; 0: sized automatically to stay in cache
   int out_h() const { return h + 2 * pad - r + 1; }
   int out_w() const { return w + 2 * pad - r + 1; }
+};
+
+// Ops::bn_relu_pool_backward's arguments as one value (Ops::bn_relu_pool_conv_backward): the
+// block's convolution output x and its batch statistics, the pooled output y, its gradient dy and
+// argmax, and the gradients made: dx (the convolution's output gradient), dgamma, dbeta.
+struct BnReluPoolGrad {
+  int c = 0, n = 0, h = 0, w = 0;  // x: c channels, n images of h x w (backend layout)
+  const float* x = nullptr;
+  const float* y = nullptr;  // [c][n][h/2][w/2] in the backend's layout, like dy and argmax
+  const float* dy = nullptr;
+  const std::uint8_t* argmax = nullptr;
+  const float* gamma = nullptr;
+  const float* mean = nullptr;    // [c]
+  const float* invstd = nullptr;  // [c]
+  bool batch_stats = true;        // training BN (the batch's statistics), else fixed ones
+  float* dx = nullptr;
+  float* dgamma = nullptr;
+  float* dbeta = nullptr;
 };
 
 // SyncBatchNorm's two exchanges, called by the training-mode BN ops between their per-rank

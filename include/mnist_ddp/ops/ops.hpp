@@ -64,6 +64,14 @@ class Ops {
                                      const float* dy, const std::uint8_t* argmax,
                                      const float* gamma, const float* mean, const float* invstd,
                                      bool batch_stats, float* dx, float* dgamma, float* dbeta) = 0;
+  // One conv block's backward, as the model runs it: bn_relu_pool_backward into bn.dx, then
+  // conv2d_backward(g, x, w, bn.dx, dw, db, dx) reading it; the same bits as those two calls.
+  // bn.dx is the block's scratch here, not an output: afterwards its contents are unspecified (the
+  // CPU backend under --amp bf16 may store only the bf16 copy its convolution reads). The default
+  // (ops.cpp) makes the two calls.
+  virtual void bn_relu_pool_conv_backward(const BnReluPoolGrad& bn, const ConvGeom& g,
+                                          const float* x, const float* w, float* dw, float* db,
+                                          float* dx);
   virtual void linear_forward(int n, int in, int out, const float* x, const float* w,
                               const float* b, float* y) = 0;
   virtual void linear_backward(int n, int in, int out, const float* x, const float* w,

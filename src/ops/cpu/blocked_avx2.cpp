@@ -272,7 +272,7 @@ void backward_b(int c, int n, int h, int w, const float* x, const float* y, cons
     for (int i = 0; i < n; ++i) {
       const std::size_t plane = plane_of(i, cb_count, cb);
       const float* xp = x + plane * h * w * B;
-      float* dxp = dx + plane * h * w * B;
+      float* dxp = dx != nullptr ? dx + plane * h * w * B : nullptr;  // nullptr: the copy only
       std::uint16_t* hp = dx16 != nullptr ? dx16 + plane * h * w * B : nullptr;
       const std::size_t q0 = plane * oh * ow * B;
       for (int oy = 0; oy < oh; ++oy) {
@@ -291,7 +291,7 @@ void backward_b(int c, int n, int h, int w, const float* x, const float* y, cons
               const __m256 xv = _mm256_loadu_ps(xp + off + p);
               const __m256 base = _mm256_fmadd_ps(_mm256_sub_ps(xv, mu[g]), c1_v[g], c0_v[g]);
               const __m256 out = _mm256_add_ps(base, _mm256_and_ps(at, g_v));
-              _mm256_storeu_ps(dxp + off + p, out);
+              if (dxp != nullptr) _mm256_storeu_ps(dxp + off + p, out);
               if (hp != nullptr) store_bf16(hp + off + p, out);
             };
             put(0, k0);

@@ -178,7 +178,7 @@ void backward_apply_b(int c, int n, int h, int w, const float* x, const float* y
     for (int i = 0; i < n; ++i) {
       const std::size_t plane = static_cast<std::size_t>(i) * cb_count + cb;
       const float* xp = x + plane * h * w * B;
-      float* dxp = dx + plane * h * w * B;
+      float* dxp = dx != nullptr ? dx + plane * h * w * B : nullptr;
       const std::size_t q0 = plane * oh * ow * B;
       for (int oy = 0; oy < oh; ++oy) {
         for (int ox = 0; ox < ow; ++ox) {
@@ -186,13 +186,16 @@ void backward_apply_b(int c, int n, int h, int w, const float* x, const float* y
           const std::size_t off = (static_cast<std::size_t>(2 * oy) * w + 2 * ox) * B;
           const std::size_t row = static_cast<std::size_t>(w) * B;
           const float* a = xp + off;
+          // The window's two rows of dx, in dx or (dx not wanted: only its bf16 copy) here.
+          float window[4 * B];
+          float* top = dxp != nullptr ? dxp + off : window;
+          float* bottom = dxp != nullptr ? dxp + off + row : window + 2 * B;
           window_backward<B>(a, a + B, a + row, a + row + B, y + q, dy + q, argmax + q, mean + o,
-                             kk + o, c0 + o, c1 + o, dxp + off, dxp + off + B, dxp + off + row,
-                             dxp + off + row + B);
+                             kk + o, c0 + o, c1 + o, top, top + B, bottom, bottom + B);
           if (dx16 != nullptr) {
             std::uint16_t* hp = dx16 + plane * h * w * B + off;
-            to_bf16(2 * B, dxp + off, hp);
-            to_bf16(2 * B, dxp + off + row, hp + row);
+            to_bf16(2 * B, top, hp);
+            to_bf16(2 * B, bottom, hp + row);
           }
         }
       }

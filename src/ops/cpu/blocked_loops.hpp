@@ -28,6 +28,7 @@ struct PixelLoops {
                     const std::uint8_t* argmax, const float* mean, double* s1, double* s2);
   // dx = c0 + (x - mean) * c1 at all four window positions, + kk*g at the argmax.
   // mean, kk, c0, c1: [C]; dx: [N][C/B][H][W][B]; dx16, where not nullptr: dx's bf16 copy.
+  // dx may be nullptr where dx16 is not: then only the copy is stored (the same bits).
   void (*backward)(int c, int n, int h, int w, const float* x, const float* y, const float* dy,
                    const std::uint8_t* argmax, const float* mean, const float* kk, const float* c0,
                    const float* c1, float* dx, std::uint16_t* dx16);

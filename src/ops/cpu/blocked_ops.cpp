@@ -147,6 +147,7 @@ void bn_relu_pool_backward(int block, int c, int n, int h, int w, const float* x
                            float* dgamma, float* dbeta, const BnSync* sync, std::uint16_t* dx16) {
   check_blocked(block, c);
   check_pooled(h, w);
+  MNIST_DDP_CHECK(dx != nullptr || dx16 != nullptr, "BN->ReLU->pool backward with no output");
   backward_b(block, c, n, h, w, x, y, dy, argmax, gamma, mean, invstd, batch_stats, dx, dgamma,
              dbeta, sync, dx16);
 }

@@ -17,7 +17,8 @@ void batchnorm_stats(int block, int c, int n, int hw, const float* x, double eps
                      float* save_mean, float* save_invstd, float* running_mean, float* running_var,
                      const BnSync* sync = nullptr);
 // y, argmax: [N][C/B][H/2][W/2][B]. y16 / dx16, where not nullptr: the output's bf16 copy
-// (to_bf16 of each value, stored as it is made), in the output's layout (--amp bf16).
+// (to_bf16 of each value, stored as it is made), in the output's layout (--amp bf16). dx may
+// be nullptr where dx16 is not: the backward then stores only the bf16 copy.
 void bn_relu_pool_forward(int block, int c, int n, int h, int w, const float* x, const float* gamma,
                           const float* beta, const float* mean, const float* invstd, float* y,
                           std::uint8_t* argmax, std::uint16_t* y16 = nullptr);

@@ -224,6 +224,27 @@ class DnnlOps final : public HostOps {
     }
     Ops::conv2d_backward(g, x, w, dy, dw, db, dx);
   }
+  // A block's backward under --amp bf16, where its convolution's passes all read the bf16 copy
+  // of their dy in place: the BN->ReLU->pool kernel stores only that copy (bn.dx, the block's
+  // scratch, stays unwritten: no pass would read its fp32 values). Elsewhere, and
+  // in fp32, the two calls.
+  void bn_relu_pool_conv_backward(const BnReluPoolGrad& bn, const ConvGeom& g, const float* x,
+                                  const float* w, float* dw, float* db, float* dx) override {
+    if (amp_ == AmpMode::Bf16) {
+      bf16::Conv& c = bf16_conv(g);
+      if (c.reads_dy16_only(dx != nullptr)) {
+        const std::size_t n = static_cast<std::size_t>(bn.n) * bn.c * bn.h * bn.w;
+        MNIST_DDP_CHECK(n == dst_elems(g), "block backward: BN and convolution shapes differ");
+        std::uint16_t* dy16 = keep_bf16(bn.dx, n);
+        pending_ = {};
+        blocked::bn_relu_pool_backward(block_, bn.c, bn.n, bn.h, bn.w, bn.x, bn.y, bn.dy, bn.argmax,
+                                       bn.gamma, bn.mean, bn.invstd, bn.batch_stats, nullptr,
+                                       bn.dgamma, bn.dbeta, bn_sync_, dy16);
+        return c.backward(stream_, x, w, nullptr, dw, db, dx, dy16);
+      }
+    }
+    Ops::bn_relu_pool_conv_backward(bn, g, x, w, dw, db, dx);
+  }
   // The fc layer under --amp bf16: the fp32 GEMMs on bf16-rounded x[N][in], w[out][in] and
   // dy[N][out] (exact products, fp32 accumulation: what a bf16 GEMM computes), fp32 outputs.
   void linear_forward(int n, int in, int out, const float* x, const float* w, const float* b,

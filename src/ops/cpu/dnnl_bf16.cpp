@@ -235,6 +235,8 @@ void Conv::backward(dnnl::stream& s, const float* x, const float* w, const float
                     float* db, float* dx, const std::uint16_t* dy16) {
   Prims& p = *p_;
   p.ready(Pass::BackwardWeights);
+  MNIST_DDP_CHECK(dy != nullptr || (dy16 != nullptr && reads_dy16_only(dx != nullptr)),
+                  "bf16 convolution backward without the fp32 dy its passes read");
   const dnnl::memory* ready = nullptr;  // dy in bf16, in the filter gradient's layout
   if (dy16 != nullptr && p.bw_pd.diff_dst_desc() == p.y16_md) {
     p.dy16_view.set_data_handle(const_cast<std::uint16_t*>(dy16));
@@ -246,6 +248,12 @@ void Conv::backward(dnnl::stream& s, const float* x, const float* w, const float
     if (ready == nullptr && p.share_dy) ready = &used;
   }
   filter_grad(s, x, dy, ready, dw, db);
+}
+
+bool Conv::reads_dy16_only(bool data_grad) const {
+  const Prims& p = *p_;
+  return p.run[2] && p.bw_pd.diff_dst_desc() == p.y16_md &&
+         (!data_grad || (p.run[1] && p.bd_pd->diff_dst_desc() == p.y16_md));
 }
 
 void Conv::filter_grad(dnnl::stream& s, const float* x, const float* dy, const dnnl::memory* dy16,

@@ -62,6 +62,9 @@ class Conv {
   // dy converted to bf16 once where both take the same layout: bitwise the calls above in turn.
   void backward(dnnl::stream& s, const float* x, const float* w, const float* dy, float* dw,
                 float* db, float* dx, const std::uint16_t* dy16 = nullptr);
+  // Whether backward() (with a data gradient where `data_grad`) reads a handed-over dy16 in place
+  // in every pass: then it never reads the fp32 dy, which may be left unwritten (dy == nullptr).
+  bool reads_dy16_only(bool data_grad) const;
 
  private:
   // The data gradient; returns the bf16 dy it read (the caller's copy or its own).
