@@ -70,8 +70,8 @@ namespace mnist_ddp {
 
 // A change to the seam's classes that the list cannot see (a virtual function of Ops, Comm,
 // StepGraphs or GradScaler) bumps this by hand (2: Ops::conv2d_backward; 3: Ops::make_step_graphs
-// and Ops::make_grad_scaler).
-inline constexpr int kCudaBackendRevision = 3;
+// and Ops::make_grad_scaler; 4: Ops::bn_relu_pool_conv_backward).
+inline constexpr int kCudaBackendRevision = 4;
 
 // The list as text (kinds, names and signatures), and its FNV-1a hash folded with the revision:
 // the ABI number both sides compile in. Adding, removing or retyping an entry point changes it.

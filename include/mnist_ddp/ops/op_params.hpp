@@ -21,12 +21,13 @@ struct ConvGeom {
 };
 
 // Ops::bn_relu_pool_backward's arguments as one value (Ops::bn_relu_pool_conv_backward): the
-// block's convolution output x and its batch statistics, the pooled output y, its gradient dy and
-// argmax, and the gradients made: dx (the convolution's output gradient), dgamma, dbeta.
+// block's convolution output x and the statistics its forward used (the batch's or the running
+// ones), the pooled output y, its gradient dy and argmax; the gradients dgamma and dbeta, and dx
+// (the convolution's output gradient: scratch in bn_relu_pool_conv_backward).
 struct BnReluPoolGrad {
-  int c = 0, n = 0, h = 0, w = 0;  // x: c channels, n images of h x w (backend layout)
+  int c = 0, n = 0, h = 0, w = 0;  // x: c channels, n images of h x w, in the backend's layout
   const float* x = nullptr;
-  const float* y = nullptr;  // [c][n][h/2][w/2] in the backend's layout, like dy and argmax
+  const float* y = nullptr;  // c channels, n images of h/2 x w/2 (backend layout): y, dy, argmax
   const float* dy = nullptr;
   const std::uint8_t* argmax = nullptr;
   const float* gamma = nullptr;
