@@ -137,20 +137,14 @@ void to_bf16(std::size_t n, const float* x, std::uint16_t* h) {
   std::size_t i = 0;
 #if defined(__AVX512BF16__) && defined(__AVX512F__)
   // The CPU's own conversion, 16 at a time (what oneDNN's reorders run on such a CPU): the same
-  // rounding, NaN quietened; it reads fp32 subnormals as zero (activations never hold one).
+  // rounding, NaN quietened, except that it reads an fp32 subnormal as zero where to_bf16 rounds
+  // it (to a bf16 subnormal or zero): the copies then match oneDNN's own conversions.
   for (; i + 16 <= n; i += 16) {
     const __m256bh v = _mm512_cvtneps_pbh(_mm512_loadu_ps(x + i));
     std::memcpy(h + i, &v, sizeof v);
   }
 #endif
-  for (; i < n; ++i) {
-    std::uint32_t u;
-    std::memcpy(&u, &x[i], sizeof u);
-    // round_to_bf16's rounding, the upper half kept.
-    const bool nan = (u & 0x7fffffffu) > 0x7f800000u;
-    u = nan ? (u | 0x00400000u) : u + 0x7fffu + ((u >> 16) & 1u);
-    h[i] = static_cast<std::uint16_t>(u >> 16);
-  }
+  for (; i < n; ++i) h[i] = to_bf16(x[i]);
 }
 
 }  // namespace mnist_ddp

@@ -226,8 +226,8 @@ class DnnlOps final : public HostOps {
   }
   // A block's backward under --amp bf16, where its convolution's passes all read the bf16 copy
   // of their dy in place: the BN->ReLU->pool kernel stores only that copy (bn.dx, the block's
-  // scratch, stays unwritten: no pass would read its fp32 values). Elsewhere, and
-  // in fp32, the two calls.
+  // scratch, stays unwritten: no pass would read its fp32 values). Elsewhere, and in fp32, the
+  // two calls.
   void bn_relu_pool_conv_backward(const BnReluPoolGrad& bn, const ConvGeom& g, const float* x,
                                   const float* w, float* dw, float* db, float* dx) override {
     if (amp_ == AmpMode::Bf16) {
