@@ -25,14 +25,9 @@
 namespace mnist_ddp {
 namespace {
 
+using testing::bit_patterns;
 using testing::uniform_floats;
 using DVec = std::vector<double>;
-
-std::vector<std::uint32_t> bits_of(const std::vector<float>& v) {
-  std::vector<std::uint32_t> u(v.size());
-  if (!v.empty()) std::memcpy(u.data(), v.data(), v.size() * sizeof(float));
-  return u;
-}
 
 float bits_float(std::uint32_t u) {
   float f;
@@ -393,11 +388,11 @@ TEST(Bf16BlockBackward, OneCallGivesTheBitsOfBnBackwardThenConvBackward) {
           return o;
         };
         const Out two = run(false), one = run(true);
-        EXPECT_EQ(bits_of(one.dgamma), bits_of(two.dgamma));
-        EXPECT_EQ(bits_of(one.dbeta), bits_of(two.dbeta));
-        EXPECT_EQ(bits_of(one.dw), bits_of(two.dw));
-        EXPECT_EQ(bits_of(one.db), bits_of(two.db));
-        EXPECT_EQ(bits_of(one.dx), bits_of(two.dx));
+        EXPECT_EQ(bit_patterns(one.dgamma), bit_patterns(two.dgamma));
+        EXPECT_EQ(bit_patterns(one.dbeta), bit_patterns(two.dbeta));
+        EXPECT_EQ(bit_patterns(one.dw), bit_patterns(two.dw));
+        EXPECT_EQ(bit_patterns(one.db), bit_patterns(two.db));
+        EXPECT_EQ(bit_patterns(one.dx), bit_patterns(two.dx));
         for (float v : one.dw) ASSERT_TRUE(std::isfinite(v));
         for (float v : two.d_conv) ASSERT_FALSE(std::isnan(v));
         if (use_bf16 && copy_only) {
@@ -406,7 +401,7 @@ TEST(Bf16BlockBackward, OneCallGivesTheBitsOfBnBackwardThenConvBackward) {
             return std::isnan(v);
           })) << "the scratch d_conv was written though its convolution reads the bf16 copy only";
         } else {
-          EXPECT_EQ(bits_of(one.d_conv), bits_of(two.d_conv));
+          EXPECT_EQ(bit_patterns(one.d_conv), bit_patterns(two.d_conv));
         }
       }
     }

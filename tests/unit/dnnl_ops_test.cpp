@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -25,6 +24,7 @@
 namespace mnist_ddp {
 namespace {
 
+using testing::bit_patterns;
 using testing::uniform_floats;
 
 // Max |a-b| / max(1, |b|) over the elements.
@@ -33,13 +33,6 @@ double max_rel(const std::vector<float>& a, const std::vector<float>& b) {
   for (std::size_t i = 0; i < a.size(); ++i)
     m = testing::worst_of(m, std::abs(double(a[i]) - b[i]) / std::max(1.0, std::abs(double(b[i]))));
   return m;
-}
-
-// The bit patterns (so -0 differs from +0) of v, whole or its first k elements.
-std::vector<std::uint32_t> bit_patterns(const std::vector<float>& v, std::size_t k = SIZE_MAX) {
-  std::vector<std::uint32_t> u(std::min(k, v.size()));
-  std::memcpy(u.data(), v.data(), u.size() * sizeof(float));
-  return u;
 }
 
 std::vector<float> to_blocked(int block, int c, int n, int hw, const std::vector<float>& cnhw) {

@@ -4,6 +4,9 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <algorithm>
+#include <cstring>
+
 #include "mnist_ddp/base/rng.hpp"
 #include "mnist_ddp/diagnostics/check.hpp"
 #include "mnist_ddp/ops/ops.hpp"
@@ -41,6 +44,12 @@ std::vector<float> uniform_floats(std::size_t n, std::uint64_t seed, float lo, f
   std::vector<float> v(n);
   for (auto& x : v) x = r.uniform(lo, hi);
   return v;
+}
+
+std::vector<std::uint32_t> bit_patterns(const std::vector<float>& v, std::size_t k) {
+  std::vector<std::uint32_t> u(std::min(k, v.size()));
+  if (!u.empty()) std::memcpy(u.data(), v.data(), u.size() * sizeof(float));
+  return u;
 }
 
 ComputeThreads::ComputeThreads(int threads) : before_(omp_get_max_threads()) {

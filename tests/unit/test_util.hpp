@@ -42,4 +42,7 @@ double step_float32_terms(int n, bool forward_only = false);
 // n floats uniform in [lo, hi) from SplitMix64(seed): the same numbers on every machine.
 std::vector<float> uniform_floats(std::size_t n, std::uint64_t seed, float lo = -1, float hi = 1);
 
+// The bit patterns of v (so -0 differs from +0 and NaNs compare), whole or its first k elements.
+std::vector<std::uint32_t> bit_patterns(const std::vector<float>& v, std::size_t k = SIZE_MAX);
+
 }  // namespace mnist_ddp::testing
