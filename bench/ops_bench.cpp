@@ -5,11 +5,13 @@
 
 #include <cblas.h>
 
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <string>
 #include <vector>
 
+#include "mnist_ddp/base/half.hpp"
 #include "mnist_ddp/base/rng.hpp"
 #include "mnist_ddp/model/model.hpp"
 #include "mnist_ddp/ops/ops.hpp"
@@ -274,7 +276,7 @@ void BM_OneDnnConvBf16(benchmark::State& st) {
   const int dir = static_cast<int>(st.range(1));
   const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
   dnnl::stream stream(engine);
-  bf16::Conv conv(engine, g, bf16::cpu_units(), true);
+  bf16::Conv conv(engine, g, bf16::cpu_units(), bf16::Pick::EveryOneDnn);
   const bf16::Pass pass = dir == 0   ? bf16::Pass::Forward
                           : dir == 1 ? bf16::Pass::BackwardWeights
                                      : bf16::Pass::BackwardData;
@@ -300,6 +302,54 @@ BENCHMARK(BM_OneDnnConvBf16)
     ->Args({2, 1})
     ->Args({2, 2})
     ->Unit(benchmark::kMillisecond);
+
+// Layer1's bf16 passes as ours (conv1_bf16.hpp: what --amp bf16 runs at one thread per rank on
+// AVX512-BF16) against oneDNN's bf16 primitive, interleaved in each iteration so both see the
+// same machine: the time is ours; oneDNN_ms is oneDNN's and x_oneDNN the ratio oneDNN / ours. The
+// filter gradient reads dy's bf16 copy in both, as in training. Arg: 0 forward, 1 filter
+// gradient. Skipped where ours do not run (no AVX512-BF16 in this build or CPU, or AMX).
+void BM_Bf16ImageConv(benchmark::State& st) {
+  namespace bf16 = mnist_ddp::bf16;
+  const ConvGeom g = kConv1;
+  const bool forward = st.range(0) == 0;
+  const bf16::Pass pass = forward ? bf16::Pass::Forward : bf16::Pass::BackwardWeights;
+  if (!bf16::runs_ours(g, pass, bf16::cpu_units())) {
+    st.SkipWithError("ours do not run here (no AVX512-BF16 in this build or CPU, or AMX)");
+    return;
+  }
+  const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  dnnl::stream stream(engine);
+  bf16::Conv ours(engine, g, bf16::cpu_units(), bf16::Pick::OneThread);
+  bf16::Conv theirs(engine, g, bf16::cpu_units(), bf16::Pick::EveryOneDnn);
+  ConvBuffers m(g);
+  std::vector<std::uint16_t> dy16(m.y.size());
+  mnist_ddp::to_bf16(dy16.size(), m.y.data(), dy16.data());
+  const auto run = [&](bf16::Conv& c) {
+    if (forward) return c.forward(stream, m.x.data(), m.w.data(), m.b.data(), m.y.data());
+    c.backward(stream, m.x.data(), m.w.data(), m.y.data(), m.dw.data(), m.db.data(), nullptr,
+               dy16.data());
+  };
+  run(ours);
+  run(theirs);
+  using Clock = std::chrono::steady_clock;
+  double ours_s = 0, theirs_s = 0;
+  for (auto _ : st) {
+    const auto t0 = Clock::now();
+    run(theirs);
+    const auto t1 = Clock::now();
+    run(ours);
+    const auto t2 = Clock::now();
+    theirs_s += std::chrono::duration<double>(t1 - t0).count();
+    const double mine = std::chrono::duration<double>(t2 - t1).count();
+    ours_s += mine;
+    st.SetIterationTime(mine);
+  }
+  st.SetLabel(ours.impl(pass) + " vs " + theirs.impl(pass));
+  st.counters["oneDNN_ms"] = benchmark::Counter(1e3 * theirs_s, benchmark::Counter::kAvgIterations);
+  st.counters["x_oneDNN"] = ours_s > 0 ? theirs_s / ours_s : 0;
+  conv_counters(st, g, 1);
+}
+BENCHMARK(BM_Bf16ImageConv)->Arg(0)->Arg(1)->UseManualTime()->Unit(benchmark::kMillisecond);
 
 // One full forward + backward of the model at batch 100 (no communication, no optimizer) on
 // each CPU backend: this is the benchmark behind choosing oneDNN over im2col + OpenBLAS.

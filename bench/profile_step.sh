@@ -8,7 +8,8 @@
 #   reorders (oneDNN JIT)       oneDNN's layout and precision conversions (weights; under
 #                               --amp bf16 also x and dy to bf16); other JIT: the rest
 #   convolutions (ours)         conv1_avx2.cpp / conv2_filter_grad_avx2.cpp (the AVX2 path's layer1 and
-#                               layer2-filter-gradient kernels)
+#                               layer2-filter-gradient kernels), conv1_bf16.cpp (layer1 under
+#                               --amp bf16 on AVX512-BF16)
 #   BN->ReLU->pool (ours)       the fused kernels (blocked_*.cpp; its layout copies: "other")
 #   bf16 rounding (ours)        round_to_bf16, the activations' bf16 copies (to_bf16 on arrays) and the one-value forms (base/half.cpp)
 #   fc (OpenBLAS)               the classifier's SGEMMs
@@ -111,6 +112,9 @@ def group(dso, sym):
         return "bf16 rounding (ours)"
     if re.search(r"blocked::.*\b(conv_forward|filter_grad|image_rows?|forward_tile|forward_rows|lane_row|"
                  r"unit_grad|pad_image|add_to|image_conv_forward|image_filter_grad|channel_filter_grad)\b", sym):
+        return "convolutions (ours)"
+    if re.search(r"mnist_ddp::bf16::(\(anonymous namespace\)::(forward|filter|Padded|add_to|dot)|"
+                 r"image_forward|image_filter_grad)", sym):
         return "convolutions (ours)"
     if re.search(r"blocked::.*\b(stats_pass|grad_sums_pass|stats_sums_b|grad_sums_b|forward_b|backward_b|"
                  r"window_\w+|forward_apply_b|backward_apply_b|store_sums|bn_relu_pool_\w+|"

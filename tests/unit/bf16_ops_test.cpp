@@ -2,9 +2,11 @@
 // and each convolution pass and the fc layer against the double-precision reference kernels run on
 // bf16-rounded inputs, within fp32 accumulation's error bound (the semantics: bf16 copies in, fp32
 // accumulation and output), and measurably away from the same reference on unrounded inputs (the
-// copies are really bf16). The passes run through the backend, so whichever kernel this CPU's
-// rule picks for a pass (oneDNN's bf16 primitive, or fp32 on rounded inputs) is the one tested.
-// Skipped where the CPU has no bf16 units (amp_test.cpp checks the refusal there).
+// copies are really bf16). The passes run through the backend, at one and at two compute threads,
+// so whichever kernel this CPU's rule picks for a pass (oneDNN's bf16 primitive, ours for the
+// image's passes at one thread on AVX512-BF16, or fp32 on rounded inputs) is the one tested; ours
+// (conv1_bf16) also alone, over filter widths, paddings and odd sizes. Skipped where the CPU has
+// no bf16 units (amp_test.cpp checks the refusal there).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -12,11 +14,14 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <string>
+#include <tuple>
 #include <vector>
 
 #include "mnist_ddp/base/half.hpp"
 #include "mnist_ddp/ops/ops.hpp"
 #include "ops/cpu/blocked_ops.hpp"
+#include "ops/cpu/conv1_bf16.hpp"
 #include "ops/cpu/cpu_kernels.hpp"
 #include "ops/cpu/dnnl_bf16.hpp"
 
@@ -111,7 +116,12 @@ void expect_bf16_sums(const char* what, const std::vector<float>& ours, const DV
                            << " to the unrounded one";
 }
 
-class Bf16Ops : public ::testing::TestWithParam<ConvGeom> {
+// The kernel pick of a backend made at this many compute threads (dnnl_backend.cpp's rule).
+bf16::Pick pick_at(int threads) {
+  return threads == 1 ? bf16::Pick::OneThread : bf16::Pick::Threads;
+}
+
+class Bf16Ops : public ::testing::TestWithParam<std::tuple<ConvGeom, int>> {
  protected:
   void SetUp() override {
     if (bf16::cpu_units() == bf16::Units::None) GTEST_SKIP() << "no bf16 units on this CPU";
@@ -119,7 +129,8 @@ class Bf16Ops : public ::testing::TestWithParam<ConvGeom> {
 };
 
 TEST_P(Bf16Ops, ConvolutionPassesAreFp32SumsOfBf16Copies) {
-  const ConvGeom g = GetParam();
+  const auto [g, threads] = GetParam();
+  const testing::ComputeThreads scope(threads);
   auto ops = make_dnnl_ops(16);
   ops->set_amp(AmpMode::Bf16, nullptr, nullptr);
   const int ihw = g.h * g.w, ohw = g.out_h() * g.out_w();
@@ -163,6 +174,26 @@ TEST_P(Bf16Ops, ConvolutionPassesAreFp32SumsOfBf16Copies) {
   expect_bf16_sums("filter gradient", dw, dwr, dws, dwu, g.n * ohw);
   expect_bf16_sums("bias gradient", db, dbr, dbs, dbu, g.n * ohw);
 
+  // Where the rule picks ours, the backend ran them: their bits.
+  const bf16::Conv chosen(dnnl::engine(dnnl::engine::kind::cpu, 0), g, bf16::cpu_units(),
+                          pick_at(threads));
+  for (const bf16::Pass pass : {bf16::Pass::Forward, bf16::Pass::BackwardWeights}) {
+    EXPECT_EQ(chosen.ours(pass), threads == 1 && bf16::runs_ours(g, pass, bf16::cpu_units()));
+  }
+  if (chosen.ours(bf16::Pass::Forward)) {
+    std::vector<float> y_ours(y.size());
+    bf16::image_forward(g, xb.data(), w.data(), b.data(), y_ours.data());
+    EXPECT_EQ(bit_patterns(y), bit_patterns(y_ours));
+  }
+  if (chosen.ours(bf16::Pass::BackwardWeights)) {
+    std::vector<std::uint16_t> dy16(dyb.size());
+    to_bf16(dyb.size(), dyb.data(), dy16.data());
+    std::vector<float> dw_ours(dw.size()), db_ours(db.size());
+    bf16::image_filter_grad(g, xb.data(), dy16.data(), dw_ours.data(), db_ours.data());
+    EXPECT_EQ(bit_patterns(dw), bit_patterns(dw_ours));
+    EXPECT_EQ(bit_patterns(db), bit_patterns(db_ours));
+  }
+
   if (g.c != 1) {
     std::vector<float> dx(x.size());
     ops->conv2d_backward_data(g, w.data(), dyb.data(), dx.data());
@@ -185,8 +216,123 @@ TEST_P(Bf16Ops, ConvolutionPassesAreFp32SumsOfBf16Copies) {
   EXPECT_EQ(y2, y);
 }
 INSTANTIATE_TEST_SUITE_P(ModelShapes, Bf16Ops,
-                         ::testing::Values(ConvGeom{7, 1, 28, 28, 16, 5, 2},
-                                           ConvGeom{7, 16, 14, 14, 32, 5, 2}));
+                         ::testing::Combine(::testing::Values(ConvGeom{7, 1, 28, 28, 16, 5, 2},
+                                                              ConvGeom{7, 16, 14, 14, 32, 5, 2}),
+                                            ::testing::Values(1, 2)));
+
+// Ours for the image (conv1_bf16) called directly, over the filter widths they take (1..5), odd
+// output widths (the last pixel of a row paired with a zero gradient), paddings wider than the
+// filter, rows shorter than a tile, 32 channels (two blocks): each output within fp32
+// accumulation's bound of the double reference on bf16-rounded inputs (a wrong tap, pair half,
+// lane or border is off by a whole term), and nothing written past the outputs.
+class Bf16ImageKernels : public ::testing::TestWithParam<ConvGeom> {
+ protected:
+  void SetUp() override {
+    if (bf16::cpu_units() == bf16::Units::None) GTEST_SKIP() << "no bf16 units on this CPU";
+    if (!bf16::image_kernels_fit(ConvGeom{1, 1, 28, 28, 16, 5, 2}))
+      GTEST_SKIP() << "this build has no AVX512-BF16 kernels";
+  }
+};
+
+TEST_P(Bf16ImageKernels, AreFp32SumsOfBf16Copies) {
+  const ConvGeom g = GetParam();
+  ASSERT_TRUE(bf16::image_kernels_fit(g));
+  const int ihw = g.h * g.w, ohw = g.out_h() * g.out_w();
+  const std::size_t out = static_cast<std::size_t>(g.k) * g.n * ohw,
+                    wn = static_cast<std::size_t>(g.k) * g.r * g.r;
+  const auto x = uniform_floats(static_cast<std::size_t>(g.n) * ihw, 41);
+  const auto w = uniform_floats(wn, 42), b = uniform_floats(g.k, 43);
+  const auto dy = uniform_floats(out, 44);
+  const DVec xr = to_double(rounded(x)), wr = to_double(rounded(w)), dyr = to_double(rounded(dy));
+  const DVec xd = to_double(x), wd = to_double(w), dyd = to_double(dy), bd = to_double(b);
+  DVec work(cpu::conv2d_workspace(g));
+  constexpr std::size_t kGuard = 64;  // elements past each output, which must stay -7
+  const auto intact = [](const std::vector<float>& v, std::size_t n) {
+    return std::all_of(v.begin() + n, v.end(), [](float f) { return f == -7.f; });
+  };
+
+  std::vector<float> yb(out + kGuard, -7.f), y(out);
+  bf16::image_forward(g, x.data(), w.data(), b.data(), yb.data());
+  EXPECT_TRUE(intact(yb, out)) << "forward wrote past its output";
+  blocked::to_cnhw(16, g.k, g.n, ohw, yb.data(), y.data());
+  DVec ref(out), sums(out), unr(out);
+  cpu::conv2d_forward(g, xr.data(), wr.data(), bd.data(), ref.data(), work.data());
+  cpu::conv2d_forward(g, absolute(xr).data(), absolute(wr).data(), absolute(bd).data(), sums.data(),
+                      work.data());
+  cpu::conv2d_forward(g, xd.data(), wd.data(), bd.data(), unr.data(), work.data());
+  // The bias, then R x ceil(R / 2) pairs (an odd filter's last with a zero weight) per output:
+  // at most R x (R + 1) terms.
+  expect_bf16_sums("forward", y, ref, sums, unr, g.r * (g.r + 1));
+
+  std::vector<float> dyb(out);
+  blocked::from_cnhw(16, g.k, g.n, ohw, dy.data(), dyb.data());
+  std::vector<std::uint16_t> dy16(out);
+  to_bf16(out, dyb.data(), dy16.data());
+  std::vector<float> dw(wn + kGuard, -7.f), db(g.k + kGuard, -7.f);
+  bf16::image_filter_grad(g, x.data(), dy16.data(), dw.data(), db.data());
+  EXPECT_TRUE(intact(dw, wn) && intact(db, g.k)) << "filter gradient wrote past dw or db";
+  dw.resize(wn);
+  db.resize(g.k);
+  DVec dwr(wn), dbr(g.k), dws(wn), dbs(g.k), dwu(wn), dbu(g.k);
+  cpu::conv2d_backward_filter(g, xr.data(), dyr.data(), dwr.data(), dbr.data(), work.data());
+  cpu::conv2d_backward_filter(g, absolute(xr).data(), absolute(dyr).data(), dws.data(), dbs.data(),
+                              work.data());
+  cpu::conv2d_backward_filter(g, xd.data(), dyd.data(), dwu.data(), dbu.data(), work.data());
+  // fp32 sums over one image's pixel pairs (an odd width's last pixel with a zero gradient).
+  const int per_image = 2 * ((g.out_w() + 1) / 2) * g.out_h();
+  expect_bf16_sums("filter gradient", dw, dwr, dws, dwu, per_image);
+  expect_bf16_sums("bias gradient", db, dbr, dbs, dbu, per_image);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Geometries, Bf16ImageKernels,
+    ::testing::Values(ConvGeom{3, 1, 28, 28, 16, 5, 2},  // layer1: two full tiles a row
+                      ConvGeom{2, 1, 9, 7, 32, 3, 1},    // two blocks, odd width
+                      ConvGeom{2, 1, 6, 5, 16, 1, 0}, ConvGeom{2, 1, 8, 9, 16, 4, 0},
+                      ConvGeom{2, 1, 7, 6, 16, 2, 1},
+                      ConvGeom{1, 1, 22, 22, 16, 5, 2},  // a tile, then two of 4
+                      ConvGeom{1, 1, 30, 31, 16, 5, 2},  // two tiles, then three single pixels
+                      ConvGeom{2, 1, 4, 3, 16, 3, 1},    // rows < 5
+                      ConvGeom{2, 1, 5, 4, 16, 3, 3},    // pad = R
+                      ConvGeom{2, 1, 5, 4, 16, 2, 3}));  // pad > R
+
+// The start-up line names ours where they run: layer1's two passes at one thread per rank on
+// AVX512-BF16; never at two threads (oneDNN's multi-threaded kernels run there).
+TEST(Bf16ImageKernels, TheStartUpLineNamesThemWhereTheyRun) {
+  if (bf16::cpu_units() == bf16::Units::None) GTEST_SKIP() << "no bf16 units on this CPU";
+  const auto line_at = [](int threads) {
+    const testing::ComputeThreads scope(threads);
+    return dnnl_layout(AmpMode::Bf16).bf16;
+  };
+  const std::string one = line_at(1), two = line_at(2);
+  const bool ours_run =
+      bf16::runs_ours(ConvGeom{64, 1, 28, 28, 16, 5, 2}, bf16::Pass::Forward, bf16::cpu_units());
+  EXPECT_EQ(one.find("; mnist_ddp avx512_bf16: layer1 forward, layer1 filter gradient") !=
+                std::string::npos,
+            ours_run)
+      << one;
+  EXPECT_EQ(two.find("mnist_ddp"), std::string::npos) << two;
+}
+
+TEST(Bf16ImageKernels, TakeOnlyWhatTheyCanCompute) {
+  EXPECT_FALSE(bf16::image_kernels_fit(ConvGeom{1, 2, 8, 8, 16, 3, 1}));   // two channels
+  EXPECT_FALSE(bf16::image_kernels_fit(ConvGeom{1, 1, 8, 8, 24, 3, 1}));   // K % 16
+  EXPECT_FALSE(bf16::image_kernels_fit(ConvGeom{1, 1, 8, 8, 16, 7, 3}));   // R > 5: oneDNN's
+  EXPECT_FALSE(bf16::image_kernels_fit(ConvGeom{1, 1, 2, 2, 16, 5, 1}));   // past the padding
+  EXPECT_FALSE(bf16::image_kernels_fit(ConvGeom{1, 1, 8, 8, 16, 3, -1}));  // negative padding
+  std::vector<float> buf(4096);
+  EXPECT_DEATH(bf16::image_forward(ConvGeom{1, 1, 8, 8, 24, 3, 1}, buf.data(), buf.data(),
+                                   buf.data(), buf.data()),
+               "geometry it does not take|not in this build");
+  // Neither the portable builds (x86-64-v3, aarch64) nor AMX runs them: oneDNN's kernels do.
+  const ConvGeom layer1{100, 1, 28, 28, 16, 5, 2};
+  EXPECT_FALSE(bf16::runs_ours(layer1, bf16::Pass::Forward, bf16::Units::Amx));
+  EXPECT_FALSE(bf16::runs_ours(layer1, bf16::Pass::Forward, bf16::Units::None));
+  EXPECT_EQ(bf16::runs_ours(layer1, bf16::Pass::BackwardWeights, bf16::Units::Avx512Bf16),
+            bf16::image_kernels_fit(layer1));
+  EXPECT_FALSE(bf16::runs_ours(ConvGeom{100, 16, 14, 14, 32, 5, 2}, bf16::Pass::Forward,
+                               bf16::Units::Avx512Bf16));
+}
 
 // One backend through batch sizes that change (an epoch's short last batch, evaluation's larger
 // one) and back, on one and on two compute threads: each geometry's passes keep their own
@@ -315,17 +461,24 @@ TEST(Bf16Copies, KernelMadeCopiesGiveTheBitsOfConversionsAndNeverGoStale) {
 }
 
 // A block's backward in one call (the model's), against the two calls it stands for, on fresh
-// backends at the model's batch, after the convolution's forward (whose bf16 x the filter gradient
-// reuses): the same bits in every gradient, fp32 and bf16, training and fixed BN statistics, at
-// layer1's and layer2's shapes. Under --amp bf16, where every pass of the convolution reads dy's
-// bf16 copy in place, the BN kernel stores only that copy and the scratch d_conv stays as it was
-// (NaN: a pass reading it would make NaN gradients); elsewhere it holds the two calls' d_conv. On
-// AVX512-BF16 (oneDNN's avx512_core_bf16 kernels, plain nChw16c bf16) both layers take that path.
+// backends at the model's batch, after the convolution's forward (whose bf16 x oneDNN's filter
+// gradient reuses), at one and at two compute threads: the same bits in every gradient, fp32 and
+// bf16, training and fixed BN statistics, at layer1's and layer2's shapes. Under --amp bf16, where
+// every pass of the convolution reads dy's bf16 copy in place, the BN kernel stores only that copy
+// and the scratch d_conv stays as it was (NaN: a pass reading it would make NaN gradients);
+// elsewhere it holds the two calls' d_conv. On AVX512-BF16 (oneDNN's avx512_core_bf16 kernels on
+// plain nChw16c bf16, and ours for layer1 at one thread) both layers take that path at both thread
+// counts.
 TEST(Bf16BlockBackward, OneCallGivesTheBitsOfBnBackwardThenConvBackward) {
   if (bf16::cpu_units() == bf16::Units::None) GTEST_SKIP() << "no bf16 units on this CPU";
   const int n = 100;
   int copy_only_cases = 0;
-  for (const ConvGeom g : {ConvGeom{n, 1, 28, 28, 16, 5, 2}, ConvGeom{n, 16, 14, 14, 32, 5, 2}}) {
+  // At one thread layer1's filter gradient is ours on AVX512-BF16, at two oneDNN's.
+  for (const auto& [threads, g] : {std::pair{1, ConvGeom{n, 1, 28, 28, 16, 5, 2}},
+                                   std::pair{1, ConvGeom{n, 16, 14, 14, 32, 5, 2}},
+                                   std::pair{2, ConvGeom{n, 1, 28, 28, 16, 5, 2}},
+                                   std::pair{2, ConvGeom{n, 16, 14, 14, 32, 5, 2}}}) {
+    const testing::ComputeThreads scope(threads);
     const int k = g.k, h = g.out_h(), w = g.out_w();
     const std::size_t out_n = static_cast<std::size_t>(n) * k * h * w,
                       in_n = static_cast<std::size_t>(n) * g.c * g.h * g.w;
@@ -336,13 +489,13 @@ TEST(Bf16BlockBackward, OneCallGivesTheBitsOfBnBackwardThenConvBackward) {
     const auto gamma = uniform_floats(k, 35), beta = uniform_floats(k, 36);
     const std::vector<float> mean(k, 0.05f), invstd(k, 1.1f);
     const bool copy_only =
-        bf16::Conv(dnnl::engine(dnnl::engine::kind::cpu, 0), g, bf16::cpu_units())
+        bf16::Conv(dnnl::engine(dnnl::engine::kind::cpu, 0), g, bf16::cpu_units(), pick_at(threads))
             .reads_dy16_only(g.c > 1);
     for (const bool use_bf16 : {false, true}) {
       for (const bool batch_stats : {true, false}) {
-        SCOPED_TRACE(::testing::Message()
-                     << (use_bf16 ? "bf16" : "fp32") << ", " << g.c << " -> " << k << ", "
-                     << (batch_stats ? "batch" : "fixed") << " statistics");
+        SCOPED_TRACE(::testing::Message() << (use_bf16 ? "bf16" : "fp32") << ", " << g.c << " -> "
+                                          << k << ", " << (batch_stats ? "batch" : "fixed")
+                                          << " statistics, " << threads << " thread(s)");
         struct Out {
           std::vector<float> d_conv, dgamma, dbeta, dw, db, dx;
         };
@@ -407,7 +560,7 @@ TEST(Bf16BlockBackward, OneCallGivesTheBitsOfBnBackwardThenConvBackward) {
     }
   }
   if (bf16::cpu_units() == bf16::Units::Avx512Bf16) {
-    EXPECT_EQ(copy_only_cases, 4) << "AVX512-BF16: both layers' backward should store bf16 only";
+    EXPECT_EQ(copy_only_cases, 8) << "AVX512-BF16: both layers' backward should store bf16 only";
   }
 }
 

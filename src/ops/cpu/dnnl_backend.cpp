@@ -54,6 +54,11 @@ bool one_thread() {
   return omp_get_max_threads() == 1;
 }
 
+// How --amp bf16 picks its convolution kernels at this thread count (ours are single-threaded).
+bf16::Pick bf16_pick() {
+  return one_thread() ? bf16::Pick::OneThread : bf16::Pick::Threads;
+}
+
 // Primitives and weight buffers for one convolution geometry (batch size included), built once.
 struct ConvPrims {
   memory src, dst, bias, w_plain, w_fwd, w_bwd, dw_blocked, dsrc, ddst, dbias, dw_plain;
@@ -391,11 +396,13 @@ class DnnlOps final : public HostOps {
     if (it != cache_.end()) return *it->second;
     return *cache_.emplace(key, build_prims(engine_, g, block_)).first->second;
   }
+  // A geometry's kernels are picked when it is first met, at the thread count of then (set once,
+  // before any compute, by set_compute_threads in a run).
   bf16::Conv& bf16_conv(const ConvGeom& g) {
     const Key key{g.n, g.c, g.h, g.w, g.k, g.r, g.pad};
     auto it = bf16_cache_.find(key);
     if (it != bf16_cache_.end()) return *it->second;
-    return *bf16_cache_.emplace(key, std::make_unique<bf16::Conv>(engine_, g, units_))
+    return *bf16_cache_.emplace(key, std::make_unique<bf16::Conv>(engine_, g, units_, bf16_pick()))
                 .first->second;
   }
   static std::size_t src_elems(const ConvGeom& g) {
@@ -452,15 +459,16 @@ class DnnlOps final : public HostOps {
   std::map<std::pair<const float*, std::size_t>, std::vector<std::uint16_t>> bf16_copies_;
 };
 
-// What --amp bf16 runs for the model's passes on this CPU: oneDNN's bf16 implementations, then
-// the passes that run in fp32 on bf16-rounded inputs (bf16::runs_bf16), named.
+// What --amp bf16 runs for the model's passes on this CPU and thread count: oneDNN's bf16
+// implementations, the passes ours compute (bf16::runs_ours), then those that run in fp32 on
+// bf16-rounded inputs (bf16::runs_bf16), named.
 std::string bf16_kernels() {
   const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
-  std::vector<std::string> names, fp32;
+  std::vector<std::string> names, fp32, ours;
   int layer = 0;
   for (const ConvGeom& g :
        {ConvGeom{64, 1, 28, 28, 16, 5, 2}, ConvGeom{64, 16, 14, 14, 32, 5, 2}}) {
-    const bf16::Conv conv(engine, g, bf16::cpu_units());
+    const bf16::Conv conv(engine, g, bf16::cpu_units(), bf16_pick());
     ++layer;
     const std::pair<bf16::Pass, const char*> passes[] = {
         {bf16::Pass::Forward, "forward"},
@@ -470,12 +478,15 @@ std::string bf16_kernels() {
       if (g.c == 1 && pass == bf16::Pass::BackwardData) continue;  // never needed (the image's)
       if (!conv.bf16(pass)) {
         fp32.push_back(fmt::format("layer{} {}", layer, what));
+      } else if (conv.ours(pass)) {
+        ours.push_back(fmt::format("layer{} {}", layer, what));
       } else if (std::find(names.begin(), names.end(), conv.impl(pass)) == names.end()) {
         names.push_back(conv.impl(pass));
       }
     }
   }
   std::string out = fmt::format("bf16 {}", fmt::join(names, ", "));
+  if (!ours.empty()) out += fmt::format("; mnist_ddp avx512_bf16: {}", fmt::join(ours, ", "));
   if (!fp32.empty()) out += fmt::format("; fp32 on bf16-rounded inputs: {}", fmt::join(fp32, ", "));
   return out;
 }

@@ -3,11 +3,15 @@
 // with the reorders that bring fp32 activations in and fp32 results out.
 #include "ops/cpu/dnnl_bf16.hpp"
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
+#include "mnist_ddp/base/half.hpp"
 #include "mnist_ddp/diagnostics/check.hpp"
+#include "ops/cpu/conv1_bf16.hpp"
 
 namespace mnist_ddp::bf16 {
 namespace {
@@ -28,12 +32,21 @@ bool runs_bf16(const ConvGeom& g, Pass pass, Units units, const std::string& bf1
   return !(units == Units::Amx && pass == Pass::BackwardWeights && g.c == 1);
 }
 
+bool runs_ours(const ConvGeom& g, Pass pass, Units units) {
+  // Zen 5, batch 100, one core (BM_Bf16ImageConv): forward 0.21 ms against oneDNN's 0.36, filter
+  // gradient 0.17 against 0.28 (bench/results/2026-12-03-bf16-image-kernels-zen5.md).
+  return units == Units::Avx512Bf16 && pass != Pass::BackwardData && image_kernels_fit(g);
+}
+
 // A pass's primitive runs on bf16 copies made by reorders from the fp32 views (`in`), and writes
 // fp32 either straight into the backend's buffer or into `out` and a reorder from it (`staged`),
 // where oneDNN picked another layout.
 struct Conv::Prims {
   dnnl::engine engine;
+  ConvGeom g;
   bool run[3] = {false, false, false};
+  bool own[3] = {false, false, false};  // ours (conv1_bf16.hpp), not oneDNN's primitive
+  std::vector<std::uint16_t> own_dy16;  // ours: dy in bf16 where no copy was handed over
   std::string impls[3];
   // fp32 views in the backend's layout and PyTorch's (their handles are set per call).
   memory x32, y32, dy32, dx32, w32, b32, dw32, db32;
@@ -112,12 +125,13 @@ struct Conv::Prims {
   }
 };
 
-Conv::Conv(const dnnl::engine& engine, const ConvGeom& g, Units units, bool every_pass)
+Conv::Conv(const dnnl::engine& engine, const ConvGeom& g, Units units, Pick pick)
     : p_(std::make_unique<Prims>()) {
   MNIST_DDP_CHECK(g.k % 16 == 0 && (g.c == 1 || g.c % 16 == 0),
                   "bf16 convolutions need 1 or a multiple of 16 channels");
   Prims& p = *p_;
   p.engine = engine;
+  p.g = g;
   const memory::dims src_d{g.n, g.c, g.h, g.w}, w_d{g.k, g.c, g.r, g.r}, b_d{g.k},
       dst_d{g.n, g.k, g.out_h(), g.out_w()}, strides{1, 1}, pad{g.pad, g.pad};
   // The backend's fp32 buffers.
@@ -162,8 +176,13 @@ Conv::Conv(const dnnl::engine& engine, const ConvGeom& g, Units units, bool ever
   for (const Pass pass : {Pass::Forward, Pass::BackwardData, Pass::BackwardWeights}) {
     const int i = static_cast<int>(pass);
     if (p.impls[i].empty()) continue;  // no such pass (the image's data gradient)
-    p.run[i] = every_pass ? units != Units::None && !p.impls[i].starts_with("ref")
-                          : runs_bf16(g, pass, units, p.impls[i]);
+    if (pick == Pick::OneThread && runs_ours(g, pass, units)) {
+      p.own[i] = p.run[i] = true;
+      p.impls[i] = "mnist_ddp avx512_bf16";
+      continue;
+    }
+    p.run[i] = pick == Pick::EveryOneDnn ? units != Units::None && !p.impls[i].starts_with("ref")
+                                         : runs_bf16(g, pass, units, p.impls[i]);
   }
 }
 
@@ -172,6 +191,9 @@ Conv::~Conv() = default;
 bool Conv::bf16(Pass pass) const {
   return p_->run[static_cast<int>(pass)];
 }
+bool Conv::ours(Pass pass) const {
+  return p_->own[static_cast<int>(pass)];
+}
 const std::string& Conv::impl(Pass pass) const {
   return p_->impls[static_cast<int>(pass)];
 }
@@ -179,6 +201,7 @@ const std::string& Conv::impl(Pass pass) const {
 void Conv::forward(dnnl::stream& s, const float* x, const float* w, const float* b, float* y,
                    const std::uint16_t* x16) {
   Prims& p = *p_;
+  if (p.own[0]) return image_forward(p.g, x, w, b, y);
   p.ready(Pass::Forward);
   p.x32.set_data_handle(const_cast<float*>(x));
   p.w32.set_data_handle(const_cast<float*>(w));
@@ -234,9 +257,13 @@ void Conv::backward_weights(dnnl::stream& s, const float* x, const float* dy, fl
 void Conv::backward(dnnl::stream& s, const float* x, const float* w, const float* dy, float* dw,
                     float* db, float* dx, const std::uint16_t* dy16) {
   Prims& p = *p_;
-  p.ready(Pass::BackwardWeights);
   MNIST_DDP_CHECK(dy != nullptr || (dy16 != nullptr && reads_dy16_only(dx != nullptr)),
                   "bf16 convolution backward without the fp32 dy its passes read");
+  if (p.own[2]) {
+    MNIST_DDP_CHECK(dx == nullptr, "input gradient of a 1-channel (image) convolution");
+    return own_filter_grad(x, dy, dy16, dw, db);
+  }
+  p.ready(Pass::BackwardWeights);
   const dnnl::memory* ready = nullptr;  // dy in bf16, in the filter gradient's layout
   if (dy16 != nullptr && p.bw_pd.diff_dst_desc() == p.y16_md) {
     p.dy16_view.set_data_handle(const_cast<std::uint16_t*>(dy16));
@@ -252,13 +279,27 @@ void Conv::backward(dnnl::stream& s, const float* x, const float* w, const float
 
 bool Conv::reads_dy16_only(bool data_grad) const {
   const Prims& p = *p_;
+  if (p.own[2]) return !data_grad;  // ours read dy16 (the image has no data gradient)
   return p.run[2] && p.bw_pd.diff_dst_desc() == p.y16_md &&
          (!data_grad || (p.run[1] && p.bd_pd->diff_dst_desc() == p.y16_md));
+}
+
+void Conv::own_filter_grad(const float* x, const float* dy, const std::uint16_t* dy16, float* dw,
+                           float* db) {
+  Prims& p = *p_;
+  if (dy16 == nullptr) {
+    const std::size_t n = static_cast<std::size_t>(p.g.n) * p.g.k * p.g.out_h() * p.g.out_w();
+    if (p.own_dy16.size() != n) p.own_dy16.resize(n);
+    to_bf16(n, dy, p.own_dy16.data());
+    dy16 = p.own_dy16.data();
+  }
+  image_filter_grad(p.g, x, dy16, dw, db);
 }
 
 void Conv::filter_grad(dnnl::stream& s, const float* x, const float* dy, const dnnl::memory* dy16,
                        float* dw, float* db) {
   Prims& p = *p_;
+  if (p.own[2]) return own_filter_grad(x, dy, nullptr, dw, db);
   p.ready(Pass::BackwardWeights);
   p.x32.set_data_handle(const_cast<float*>(x));
   p.dy32.set_data_handle(const_cast<float*>(dy));
