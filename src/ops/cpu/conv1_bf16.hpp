@@ -2,9 +2,10 @@
 // on AVX512-BF16, in intrinsics: its forward pass and its filter and bias gradients as vdpbf16ps
 // (bf16 pairs multiplied exactly, fp32 accumulation, as oneDNN's bf16 kernels compute), output
 // (gradient) channel-blocked [N][K/16][OH][OW][16]. Why: oneDNN 2.6.3's bf16 kernels for one input
-// channel run at about 40% of its bf16 GEMM rate (0.34 ms each pass at batch 100 on Zen 5, as slow
-// as its fp32 ones); the pairs here are two neighbouring pixels of one image row, which a 32-bit
-// broadcast reads as they lie. dnnl_bf16.cpp runs them where the rank computes on one thread.
+// channel run at about 40% of its bf16 GEMM rate (0.28-0.36 ms a pass at batch 100 on Zen 5, as
+// slow as its fp32 ones); the pairs here are two neighbouring columns of one image row (and, in the
+// filter gradient, of one output-gradient row), read as they lie. dnnl_bf16.cpp runs them where
+// the rank computes on one thread.
 #pragma once
 
 #include <cstdint>
@@ -13,9 +14,9 @@
 
 namespace mnist_ddp::bf16 {
 
-// Whether this build has the kernels (compiled for AVX512-BF16 and AVX512-BW: -march=native on
-// such a CPU; never the portable x86-64-v3 or aarch64 builds) and they take geometry g: one input
-// channel, K a multiple of 16, filter width 1..5 within the padded image.
+// Whether this build has the kernels (compiled for AVX512-BF16, -BW and -VL: -march=native on such
+// a CPU; never the portable x86-64-v3 or aarch64 builds, where oneDNN's run) and they take geometry
+// g: one input channel, K a multiple of 16, filter width 1..5 within the padded image.
 bool image_kernels_fit(const ConvGeom& g);
 
 // y = conv(x, w) + b on bf16 x and w: x [N][1][H][W] fp32 (rounded to bf16 here); w [K][1][R][R]
