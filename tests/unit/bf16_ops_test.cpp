@@ -129,7 +129,10 @@ class Bf16Ops : public ::testing::TestWithParam<std::tuple<ConvGeom, int>> {
 };
 
 TEST_P(Bf16Ops, ConvolutionPassesAreFp32SumsOfBf16Copies) {
-  const auto [g, threads] = GetParam();
+  // Named copies, not a structured binding: clang 14 (the ASan tree) refuses to capture a binding
+  // in a lambda.
+  const ConvGeom g = std::get<0>(GetParam());
+  const int threads = std::get<1>(GetParam());
   const testing::ComputeThreads scope(threads);
   auto ops = make_dnnl_ops(16);
   ops->set_amp(AmpMode::Bf16, nullptr, nullptr);
@@ -474,10 +477,14 @@ TEST(Bf16BlockBackward, OneCallGivesTheBitsOfBnBackwardThenConvBackward) {
   const int n = 100;
   int copy_only_cases = 0;
   // At one thread layer1's filter gradient is ours on AVX512-BF16, at two oneDNN's.
-  for (const auto& [threads, g] : {std::pair{1, ConvGeom{n, 1, 28, 28, 16, 5, 2}},
-                                   std::pair{1, ConvGeom{n, 16, 14, 14, 32, 5, 2}},
-                                   std::pair{2, ConvGeom{n, 1, 28, 28, 16, 5, 2}},
-                                   std::pair{2, ConvGeom{n, 16, 14, 14, 32, 5, 2}}}) {
+  for (const auto& step : {std::pair{1, ConvGeom{n, 1, 28, 28, 16, 5, 2}},
+                           std::pair{1, ConvGeom{n, 16, 14, 14, 32, 5, 2}},
+                           std::pair{2, ConvGeom{n, 1, 28, 28, 16, 5, 2}},
+                           std::pair{2, ConvGeom{n, 16, 14, 14, 32, 5, 2}}}) {
+    // Named copies, not a structured binding: clang 14 (the ASan tree) refuses to capture a
+    // binding in the lambda below.
+    const int threads = step.first;
+    const ConvGeom g = step.second;
     const testing::ComputeThreads scope(threads);
     const int k = g.k, h = g.out_h(), w = g.out_w();
     const std::size_t out_n = static_cast<std::size_t>(n) * k * h * w,
