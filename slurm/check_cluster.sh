@@ -95,7 +95,6 @@ for ((r = 1; r <= ROUNDS; r++)); do
   wait
 done
 # 2. Bandwidth between the nodes (one rank each).
-bus="-"
 rm -f "$OUTD/comm_bench.json"
 if ((${#NODES[@]} > 1)) && [[ -x "$COMM_BENCH" ]]; then
   # -n as well as -N: inside a batch job srun would otherwise start the job's task count.
